@@ -1,0 +1,66 @@
+# trainctl developer tasks. `make help` lists them.
+# Every target that needs the virtual environment builds it first (make install), so a fresh clone needs only:
+#   make demo      # install, then train the embedded default (tiny model, arith data, SFT on CPU)
+#   make test      # install, then run the test suite
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch is installed first and then held fixed, so that no dependency pulls a CUDA build onto a CPU machine.
+# Elsewhere: make install TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt
+	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## create .venv and install trainctl (editable, with test extras)
+
+.PHONY: demo
+demo: $(STAMP) ## show the plan for the embedded default: tiny model + arith data, SFT on CPU
+	$(BIN)/trainctl train recipe=quickstart --dry-run
+
+.PHONY: test
+test: $(STAMP) ## run the test suite (no GPU needed; slow and gpu tests are skipped)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-slow
+test-slow: $(STAMP) ## run the slow tests too
+	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: $(STAMP) ## run the benchmarks (medians of several runs; see benchmarks/README.md)
+	$(BIN)/python benchmarks/run.py
+
+.PHONY: lint
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+.PHONY: format
+format: $(STAMP) ## apply ruff fixes and formatting
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+.PHONY: golden
+golden: $(STAMP) ## regenerate the golden backend configs in tests/golden/
+	$(BIN)/python -m tests.golden.regenerate
+
+.PHONY: clean
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist

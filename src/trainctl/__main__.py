@@ -1,0 +1,3 @@
+from trainctl.cli.main import main
+
+main()

@@ -1,0 +1,276 @@
+"""What every backend shares: turning the trainctl config into the backend's own config.
+
+A backend config is built in three layers, later ones winning:
+  1. the backend's defaults (verl's composed YAML, TRL's dataclass defaults);
+  2. the mapping table conf/mapping/<backend>.yaml, which reads trainctl's groups (model, data, hardware, logger, run);
+  3. the keys set under the trainctl config's `verl:` / `trl:` node by algorithm files, recipes and the command line.
+Every key of layers 2 and 3 is checked against the real key tree of layer 1 before anything is merged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from trainctl.config.origins import COMMAND_LINE
+from trainctl.config.resolvers import UNSET
+from trainctl.errors import Problem
+from trainctl.suggest import closest_key
+
+if TYPE_CHECKING:
+    from trainctl.config.compose import Composition
+    from trainctl.plan import Plan
+
+
+@dataclass
+class Number:
+    """A derived figure for the plan, with the arithmetic that produced it."""
+
+    label: str
+    value: Any
+    how: str = ""
+
+
+@dataclass
+class Command:
+    """How a run starts: the process to launch, its environment additions, and the launcher that starts it."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    launcher: str = "local"
+    # a longer equivalent written with the backend's own overrides (the raw command a user could type)
+    raw_argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BuiltConfig:
+    cfg: DictConfig
+    leaves: dict[str, Any]  # every key trainctl sets, path -> value, in the order applied
+    origins: dict[str, str | None]  # path -> mapping file or "command line"; None: a config file (see origin_of)
+    added: set[str]  # paths not in the backend's defaults (written with + in the raw command)
+    base: dict
+
+
+class Backend:
+    """One trainer trainctl dispatches to."""
+
+    name: str = ""
+    title: str = ""
+    node: str = ""  # the trainctl config node holding this backend's keys: verl or trl
+    mapping: str = ""  # conf/mapping/<mapping>.yaml
+    config_file: str = ""  # the file the resolved backend config is saved as in the run folder
+    open_paths: tuple[str, ...] = ()  # nodes under which new keys are legitimate
+    group_keys: tuple[str, ...] = ()  # backend keys that pick one of the backend's own config groups
+    old_keys: dict[str, tuple[str | None, str]] = {}  # keys from older versions: (replacement, why)
+
+    def defaults(self, group_choices: dict[str, str]) -> dict:
+        raise NotImplementedError
+
+    def checks(self, plan: Plan) -> list[Problem]:
+        return []
+
+    def native_checks(self, plan: Plan) -> list[Problem]:
+        return []
+
+    def numbers(self, plan: Plan) -> list[Number]:
+        return []
+
+    def command(self, plan: Plan) -> Command:
+        raise NotImplementedError
+
+    def raw_overrides(self, plan: Plan) -> list[str]:
+        """The backend config as overrides on top of the backend's own defaults (the raw command's arguments)."""
+        built = plan.built
+        return [render_override(p, v, added=p in built.added) for p, v in built.leaves.items()]
+
+    # -- building -------------------------------------------------------------------------------------------
+
+    def build(self, comp: Composition, problems: list[Problem]) -> BuiltConfig | None:
+        mapped = resolve_mapping(comp, self.mapping, problems)
+        user, user_origin = resolve_node(comp, self.node, problems)
+        choices = {k: user.pop(k) for k in self.group_keys if isinstance(user.get(k), str)}
+        base = self.defaults(choices)
+        known = key_paths(base)
+
+        leaves: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for path, value in flatten(mapped):
+            leaves[path] = value
+            origins[path] = f"conf/mapping/{self.mapping}.yaml"
+        for path, value in flatten(user):
+            leaves.pop(path, None)  # keep the order in which a user would read it
+            leaves[path] = value
+            origins[path] = user_origin.get(path)  # files are looked up only when needed (see origin_of)
+
+        added: set[str] = set()
+        for path in leaves:
+            if path in known:
+                continue
+            if self._may_add(path, comp.added):
+                added.add(path)
+                continue
+            origin = origins[path] or comp.origin(f"{self.node}.{path}") or f"{self.node}.{path}"
+            problems.append(self.unknown_key(path, leaves[path], known | trainctl_keys(comp), origin))
+        for path in comp.deleted:
+            if path not in known:
+                problems.append(self.unknown_key(path, None, known, COMMAND_LINE))
+        if any(p.is_error for p in problems):
+            return None
+
+        cfg = OmegaConf.create(base)
+        for path, value in leaves.items():
+            OmegaConf.update(cfg, path, value, merge=False, force_add=True)
+        for path in comp.deleted:
+            parent, _, last = path.rpartition(".")
+            with open_dict(cfg):
+                (OmegaConf.select(cfg, parent) if parent else cfg).pop(last, None)
+        OmegaConf.set_struct(cfg, True)
+        return BuiltConfig(cfg=cfg, leaves=leaves, origins=origins, added=added, base=base)
+
+    def _may_add(self, path: str, added_on_purpose: set[str]) -> bool:
+        prefixes = (*self.open_paths, *added_on_purpose)
+        return any(path == p or path.startswith(p + ".") for p in prefixes)
+
+    def unknown_key(self, path: str, value: Any, known: set[str], origin: str) -> Problem:
+        for old, (new, why) in self.old_keys.items():
+            if path == old or path.startswith(old + "."):
+                fix = f"use {new}" + (f"={render_value(value)}" if new and path == old else "") if new else None
+                return Problem(
+                    f"'{path}' is a key from older verl: {why}.",
+                    key=path,
+                    hint=fix or "convert the data: trainctl data convert FILE --to sft",
+                )
+        guess = closest_key(path, known)
+        from_cli = origin == COMMAND_LINE
+        where = "" if from_cli else f" (set in {origin})"
+        if from_cli:
+            hint = f"to add a new key on purpose, use +{path}={render_value(value)}"
+        else:
+            hint = f"fix or remove it in {origin}"
+        return Problem(
+            f"unknown config key '{path}'{where}.",
+            key=path,
+            details=[f"Did you mean '{guess}'?"] if guess else [],
+            hint=hint,
+        )
+
+
+# -- resolution -----------------------------------------------------------------------------------------------
+
+
+def resolve_mapping(comp: Composition, mapping: str, problems: list[Problem]) -> dict:
+    """The mapping table, evaluated against the trainctl config; UNSET leaves are dropped."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    table = OmegaConf.load(comp.search.builtin / "mapping" / f"{mapping}.yaml")
+    root = OmegaConf.create(OmegaConf.to_container(comp.cfg, resolve=False))
+    with open_dict(root):
+        root["__mapping__"] = table
+    out: dict = {}
+    for path, _ in flatten(OmegaConf.to_container(table, resolve=False)):
+        try:
+            value = OmegaConf.select(root, f"__mapping__.{path}", throw_on_missing=True)
+        except OmegaConfBaseException as e:
+            problems.append(Problem(f"cannot map {path}: {str(e).splitlines()[0]}", key=path))
+            continue
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        if value == UNSET:
+            continue
+        _set(out, path, value)
+    return out
+
+
+def resolve_node(comp: Composition, node: str, problems: list[Problem]) -> tuple[dict, dict[str, str]]:
+    """The backend node's values, each resolved in the trainctl config where it can be.
+
+    A value that only makes sense to the backend (an interpolation into the backend's own tree) is passed on
+    as written, for the backend to resolve.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    raw = OmegaConf.to_container(comp.cfg[node], resolve=False)
+    out: dict = {}
+    for path, value in flatten(raw):
+        if isinstance(value, str) and "${" in value:
+            try:
+                value = OmegaConf.select(comp.cfg, f"{node}.{path}", throw_on_missing=True)
+                if OmegaConf.is_config(value):
+                    value = OmegaConf.to_container(value, resolve=True)
+            except OmegaConfBaseException:
+                pass  # left for the backend to resolve
+        _set(out, path, value)
+    cli = {b.path: COMMAND_LINE for b in comp.backend_overrides}
+    return out, cli
+
+
+def _set(tree: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    for p in parts[:-1]:
+        tree = tree.setdefault(p, {})
+    tree[parts[-1]] = value
+
+
+def flatten(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Leaf paths of a nested dict. Empty dicts and lists are leaves."""
+    if isinstance(tree, dict) and tree:
+        out = []
+        for k, v in tree.items():
+            out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, tree)] if prefix else []
+
+
+def key_paths(tree: Any, prefix: str = "") -> set[str]:
+    """Every path in a nested dict, inner nodes included."""
+    out: set[str] = set()
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            p = f"{prefix}.{k}" if prefix else str(k)
+            out.add(p)
+            out |= key_paths(v, p)
+    return out
+
+
+def trainctl_keys(comp: Composition) -> set[str]:
+    from trainctl.config.compose import BACKEND_NODES
+
+    raw = OmegaConf.to_container(comp.cfg, resolve=False)
+    return {k for k in key_paths(raw) if k.split(".")[0] not in BACKEND_NODES}
+
+
+def get(cfg: DictConfig, path: str, default: Any = None) -> Any:
+    """A backend value with its interpolations resolved in the backend's own config."""
+    value = OmegaConf.select(cfg, path, default=default)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+# -- rendering overrides ----------------------------------------------------------------------------------------
+
+_BARE = re.compile(r"[A-Za-z_/~][\w./~\-]*")
+_RESERVED = {"true", "false", "null", "none", "nan", "inf", "yes", "no", "on", "off"}
+
+
+def render_value(value: Any) -> str:
+    """A value written in Hydra's override grammar (what verl's command line accepts)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(render_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{render_value(v)}" for k, v in value.items()) + "}"
+    s = str(value)
+    if _BARE.fullmatch(s) and s.lower() not in _RESERVED:
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_override(path: str, value: Any, added: bool = False) -> str:
+    return f"{'+' if added else ''}{path}={render_value(value)}"

@@ -1,0 +1,112 @@
+"""TRL as a backend for DPO (verl 0.9.1 has no offline DPO trainer).
+
+The backend config is flat, as in TRL's own `trl dpo` command: DPOConfig fields (beta, learning_rate, ...),
+ModelConfig fields (model_name_or_path, use_peft, lora_r, ...) and the data files. trainctl's entry point
+(trainctl.backends.trl_dpo_entry) builds DPOTrainer from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainctl import paths
+from trainctl.backends.base import Backend, Command
+
+if TYPE_CHECKING:
+    from trainctl.plan import Plan
+
+ENTRY = "trainctl.backends.trl_dpo_entry"
+
+# trainctl's own keys beside TRL's dataclasses: where the preference pairs are
+DATA_KEYS = {"train_files": None, "val_files": None}
+
+# TRL 1.16's DPO loss types (DPOConfig.loss_type help; DPOConfig.loss_type accepts a list of them)
+LOSS_TYPES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(getattr(value, "value", value))
+
+
+@lru_cache(maxsize=1)
+def trl_defaults() -> dict:
+    """DPOConfig and ModelConfig defaults, cached on disk per TRL and transformers version (TRL imports in ~5 s)."""
+    key = repr((importlib.metadata.version("trl"), importlib.metadata.version("transformers")))
+    cache = paths.cache_dir() / f"trl-dpo-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
+    if cache.is_file():
+        try:
+            return json.loads(cache.read_text())
+        except ValueError:
+            pass
+    from trl import DPOConfig, ModelConfig
+
+    tree: dict = {}
+    for cls in (DPOConfig, ModelConfig):
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = None
+            tree.setdefault(f.name, _jsonable(default))
+    tree.update(DATA_KEYS)
+    paths.atomic_write_text(cache, json.dumps(tree, indent=1, sort_keys=True))
+    return tree
+
+
+class TrlDPO(Backend):
+    name = "trl-dpo"
+    title = "TRL DPOTrainer"
+    node = "trl"
+    mapping = "trl_dpo"
+    config_file = "trl_dpo.yaml"
+    # model_init_kwargs is passed to from_pretrained as is
+    open_paths = ("model_init_kwargs", "ref_model_init_kwargs", "accelerator_config", "fsdp_config")
+
+    def defaults(self, group_choices: dict[str, str]) -> dict:
+        return trl_defaults()
+
+    def command(self, plan: Plan) -> Command:
+        run_dir = Path(plan.tc["run"]["dir"]).expanduser().resolve()
+        hw = plan.tc["hardware"]
+        config = ["--config", str(run_dir / self.config_file)]
+        if hw["launcher"] == "local":
+            launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}"]
+            argv = [*launch, "-m", ENTRY, *config]
+        else:
+            # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
+            argv = ["python", "-m", ENTRY, "--ray", *config]
+        raw = [*argv[: argv.index("-m") + 2], *self.raw_overrides(plan)]
+        env = {"WANDB_PROJECT": str(plan.tc["run"]["project"])} if "wandb" in plan.tc["logger"]["backends"] else {}
+        return Command(argv=argv, env=env, launcher=hw["launcher"], raw_argv=raw)

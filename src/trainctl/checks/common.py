@@ -1,0 +1,56 @@
+"""Checks shared by several backends."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainctl.backends import verl_facts as facts
+from trainctl.errors import Problem
+from trainctl.suggest import closest
+
+if TYPE_CHECKING:
+    from trainctl.plan import Plan
+
+
+def check_logger_names(plan: Plan, key: str) -> list[Problem]:
+    value = plan.value(key)
+    names = [value] if isinstance(value, str) else list(value or [])
+    problems = []
+    for name in names:
+        if name not in facts.LOGGERS:
+            guess = closest(str(name), facts.LOGGERS)
+            problems.append(
+                Problem(
+                    f"{key} has {name!r}, which verl's tracker does not know.",
+                    key=key,
+                    details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(facts.LOGGERS)}"],
+                    hint="choose a logger option: logger=console|wandb|tensorboard|file|mlflow",
+                )
+            )
+    return problems
+
+
+def check_verl_device(plan: Plan, strategy_key: str, attn_key: str) -> list[Problem]:
+    """On CPU verl needs FSDP2 (FSDP1 needs a GPU) and an attention kernel that runs on CPU."""
+    if plan.value("trainer.device") != "cpu":
+        return []
+    problems = []
+    strategy = plan.value(strategy_key)
+    if strategy != "fsdp2":
+        problems.append(
+            Problem(
+                f"{strategy_key} = {strategy}: only FSDP2 runs without a GPU.",
+                key=strategy_key,
+                hint="hardware.fsdp_strategy=fsdp2",
+            )
+        )
+    attn = plan.value(attn_key)
+    if attn not in ("sdpa", "eager"):
+        problems.append(
+            Problem(
+                f"{attn_key} = {attn or 'the model default (flash_attention_2)'}: it needs a GPU.",
+                key=attn_key,
+                hint="hardware.attn_implementation=sdpa",
+            )
+        )
+    return problems

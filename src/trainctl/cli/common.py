@@ -1,0 +1,134 @@
+"""What the commands share: the consoles, option aliases, error rendering, and override completion."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainctl.errors import ConfigProblems, Problem, TrainctlError, UsageError
+from trainctl.suggest import closest
+
+# Commands that take Hydra-style overrides let unknown words through; we reject option-looking leftovers ourselves.
+OVERRIDE_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def complete_overrides(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion for overrides: group names, their options, and trainctl keys."""
+    from trainctl.config.search import GROUPS, SearchPath
+
+    search = SearchPath.default()
+    key, eq, prefix = incomplete.partition("=")
+    if eq and key in GROUPS:
+        return [f"{key}={o}" for o in search.options(key) if o.startswith(prefix)]
+    words = [f"{g}=" for g in GROUPS]
+    words += [f"{k}=" for k in _trainctl_keys(search)]
+    return [w for w in words if w.startswith(incomplete)]
+
+
+def _trainctl_keys(search) -> list[str]:
+    import yaml
+
+    keys = []
+    primary = yaml.safe_load((search.builtin / "trainctl.yaml").read_text()) or {}
+    for section in ("run", "paths"):
+        keys += [f"{section}.{k}" for k in primary.get(section, {})]
+    for group in ("hardware", "data", "model"):
+        options = search.options(group)
+        if options:
+            first = yaml.safe_load(next(iter(options.values())).read_text()) or {}
+            keys += [f"{group}.{k}" for k in first if not isinstance(first[k], dict)]
+    return keys
+
+
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[OVERRIDES]...",
+        help="group choices (algorithm=grpo model=qwen2.5-7b) and key=value settings, trainctl's or the backend's",
+        autocompletion=complete_overrides,
+        show_default=False,
+    ),
+]
+ConfigDirs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--config-dir",
+        help="a folder of your own config groups (model/, data/, recipe/, ...), searched before the built-in ones; "
+        "./conf is searched too",
+        show_default=False,
+    ),
+]
+
+
+def reject_option_typos(ctx: typer.Context, words: list[str]) -> None:
+    """With unknown options let through as overrides, `--dryrun` would become an override: refuse it here."""
+    known = [opt for p in ctx.command.params for opt in getattr(p, "opts", []) if opt.startswith("-")]
+    for word in words:
+        if word.startswith("-"):
+            name = word.split("=", 1)[0]
+            guess = closest(name, known, cutoff=0.5)
+            raise UsageError(
+                f"no such option: {name}",
+                hint=f"did you mean {guess[0]}?" if guess else f"see: trainctl {ctx.command.name} --help",
+            )
+
+
+def search_path(config_dirs: list[Path] | None):
+    from trainctl.config.search import SearchPath
+
+    for d in config_dirs or []:
+        if not d.expanduser().is_dir():
+            raise UsageError(f"--config-dir {d}: no such folder.")
+    return SearchPath.default(config_dirs)
+
+
+def _problem_lines(p: Problem, indent: str) -> list[str]:
+    lines = [f"{indent}{d}" for d in p.details]
+    if p.hint:
+        lines.append(f"{indent}Hint: {p.hint}")
+    return lines
+
+
+def render_warnings(warnings: list[Problem]) -> None:
+    for w in warnings:
+        typer.echo(f"Warning: {w.message}", err=True)
+        for line in _problem_lines(w, "  "):
+            typer.echo(line, err=True)
+
+
+def render_error(e: TrainctlError) -> None:
+    if isinstance(e, ConfigProblems):
+        render_warnings(e.warnings)
+        if len(e.problems) == 1:
+            p = e.problems[0]
+            typer.echo(f"Error: {p.message}", err=True)
+            for d in p.details:
+                typer.echo(f"  {d}", err=True)
+            if p.hint:
+                typer.echo(f"Hint: {p.hint}", err=True)
+            return
+        typer.echo(f"Error: {e.message}:", err=True)
+        for i, p in enumerate(e.problems, 1):
+            typer.echo(f"  {i}. {p.message}", err=True)
+            for line in _problem_lines(p, "     "):
+                typer.echo(line, err=True)
+        return
+    typer.echo(f"Error: {e.message}", err=True)
+    for d in e.details:
+        typer.echo(f"  {d}", err=True)
+    if e.hint:
+        typer.echo(f"Hint: {e.hint}", err=True)
+
+
+def debug() -> bool:
+    return os.environ.get("TRAINCTL_DEBUG", "") not in ("", "0")
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)

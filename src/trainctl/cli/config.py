@@ -1,0 +1,120 @@
+"""`trainctl config show / validate / groups`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from trainctl.cli.common import (
+    OVERRIDE_CONTEXT,
+    ConfigDirs,
+    Overrides,
+    reject_option_typos,
+    render_warnings,
+    search_path,
+)
+
+app = typer.Typer(
+    help="Inspect and check configs without running anything.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+@app.command(
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+[bold]Examples[/bold]
+
+  [cyan]trainctl config show algorithm=grpo model=qwen2.5-7b[/cyan]   the trainctl config, as YAML
+  [cyan]trainctl config show algorithm=grpo --backend[/cyan]           verl's whole ppo_trainer config
+  [cyan]trainctl config show recipe=quickstart --origin[/cyan]         each value with the file that set it
+""",
+)
+def show(
+    ctx: typer.Context,
+    overrides: Overrides = None,
+    backend: Annotated[
+        bool, typer.Option("--backend", help="print the backend's config (verl's or TRL's) instead")
+    ] = False,
+    origin: Annotated[
+        bool, typer.Option("--origin", help="mark each value with the file or override that set it")
+    ] = False,
+    config_dir: ConfigDirs = None,
+) -> None:
+    """Print the resolved config as YAML."""
+    from omegaconf import OmegaConf
+
+    from trainctl.cli.render import yaml_with_origins
+    from trainctl.plan import make_plan
+
+    words = [*(overrides or []), *ctx.args]
+    reject_option_typos(ctx, words)
+    plan = make_plan(words, search_path(config_dir), native=False)
+    render_warnings(plan.warnings)
+    if not backend:
+        if not origin:
+            typer.echo(plan.trainctl_yaml().rstrip())
+            return
+        tree = OmegaConf.to_container(plan.comp.cfg, resolve=True)
+        comp = plan.comp
+        typer.echo("\n".join(yaml_with_origins(tree, lambda p: comp.origin(p) or "conf/trainctl.yaml")))
+        return
+    if not origin:
+        typer.echo(plan.backend_yaml().rstrip())
+        return
+    built = plan.built
+    default_label = f"{plan.backend.title} default"
+
+    def backend_origin(path: str) -> str:
+        if path not in built.leaves:
+            return default_label
+        src = built.origins.get(path)
+        if src is None:
+            src = plan.comp.origin(f"{plan.backend.node}.{path}") or f"{plan.backend.node}.{path}"
+        return src
+
+    tree = OmegaConf.to_container(plan.cfg, resolve=True, throw_on_missing=False)
+    typer.echo("\n".join(yaml_with_origins(tree, backend_origin)))
+
+
+@app.command(
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+[bold]Examples[/bold]
+
+  [cyan]trainctl config validate algorithm=grpo model=qwen2.5-7b hardware=2x8gpu[/cyan]
+  [cyan]trainctl config validate recipe=dapo-math-qwen2.5-32b-4x8gpu && echo ok[/cyan]
+""",
+)
+def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDirs = None) -> None:
+    """Check a config, verl's own validation included: exit 0 when valid, 1 with every problem found."""
+    from trainctl.plan import make_plan
+
+    words = [*(overrides or []), *ctx.args]
+    reject_option_typos(ctx, words)
+    plan = make_plan(words, search_path(config_dir))
+    render_warnings(plan.warnings)
+    typer.echo(f"OK: {plan.tc['algorithm']['name']} on {plan.backend.title} is valid.")
+
+
+@app.command()
+def groups(config_dir: ConfigDirs = None) -> None:
+    """List every config group, its options, and what each one is."""
+    from rich.table import Table
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.config.search import GROUP_HELP, GROUPS, describe
+
+    search = search_path(config_dir)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("group")
+    table.add_column("option")
+    table.add_column("description")
+    for group in GROUPS:
+        table.add_row(f"[bold]{group}[/bold]", "", f"[dim]{GROUP_HELP[group]}[/dim]")
+        for name, file in search.options(group).items():
+            mine = "" if search.builtin in file.parents else f"  (from {file.parent.parent})"
+            table.add_row("", name, describe(file) + mine)
+    stdout_console().print(table)

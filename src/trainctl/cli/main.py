@@ -1,0 +1,61 @@
+"""The `trainctl` command: registers the commands and holds the one error boundary."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from trainctl import __version__
+from trainctl.cli import config as config_cmd
+from trainctl.cli.common import OVERRIDE_CONTEXT
+from trainctl.cli.train import EPILOG as TRAIN_EPILOG
+from trainctl.cli.train import train
+
+app = typer.Typer(
+    name="trainctl",
+    help="Declarative post-training for LLMs: compose config groups into a checked verl or TRL run.",
+    epilog="Start with: [cyan]trainctl config groups[/cyan]; [cyan]trainctl train recipe=quickstart --dry-run[/cyan]",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+app.command(context_settings=OVERRIDE_CONTEXT, epilog=TRAIN_EPILOG)(train)
+app.add_typer(config_cmd.app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; every known failure becomes `Error:`/`Hint:` lines and an exit code (0 ok, 1 problem, 2 usage)."""
+    import click
+
+    from trainctl.cli.common import debug, render_error
+    from trainctl.errors import EXIT_INTERRUPTED, TrainctlError
+
+    try:
+        rv = app(args=argv, standalone_mode=False, prog_name="trainctl")
+    except TrainctlError as e:
+        if debug():
+            raise
+        render_error(e)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("Interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,66 @@
+"""Printing plans and configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from trainctl.backends.verl import shell_line
+from trainctl.plan import Plan
+
+
+def plan_text(plan: Plan, title: str | None = None) -> str:
+    tc = plan.tc
+    hw = tc["hardware"]
+    lines = []
+    if title:
+        lines += [title, ""]
+    lines.append(
+        f"Plan: {tc['algorithm']['name']} on model={tc['model']['name']} with data={tc['data']['name']}, "
+        f"hardware={hw['name']} ({hw['nnodes']} node{'s' if hw['nnodes'] > 1 else ''} x {hw['gpus_per_node']} "
+        f"{'processes' if hw['device'] == 'cpu' else 'GPUs'}, {hw['launcher']}), logger={tc['logger']['name']}"
+    )
+    lines.append(f"Backend: {plan.backend.title}; run folder: {plan.run_dir}")
+    lines.append("")
+    lines.append("Config (trainctl config show):")
+    lines += ["  " + ln for ln in plan.trainctl_yaml().rstrip().splitlines()]
+    lines.append("")
+    built = plan.built
+    lines.append(
+        f"Backend keys trainctl sets ({len(built.leaves)}; the full config: trainctl config show --backend ...):"
+    )
+    lines += ["  " + o for o in plan.backend.raw_overrides(plan)]
+    lines.append("")
+    cmd = plan.command()
+    lines.append(f"Launch ({cmd.launcher}):")
+    lines.append("  " + shell_line(cmd.argv, cmd.env))
+    lines.append(f"  (the backend config is written to {plan.run_dir / plan.backend.config_file} when the run starts)")
+    lines.append("")
+    if plan.numbers:
+        lines.append("Numbers:")
+        width = max(len(n.label) for n in plan.numbers)
+        for n in plan.numbers:
+            lines.append(f"  {n.label:<{width}}  {n.value!s:<10}  {n.how}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def yaml_with_origins(tree: dict, origin, prefix: str = "", indent: int = 0) -> list[str]:
+    """YAML of a nested dict with `# origin` after every leaf; origin(path) gives the label."""
+    lines = []
+    pad = "  " * indent
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        name = _scalar(key) if not isinstance(key, str) or key in ("n", "y", "yes", "no", "on", "off") else key
+        if isinstance(value, dict) and value:
+            lines.append(f"{pad}{name}:")
+            lines += yaml_with_origins(value, origin, path, indent + 1)
+        else:
+            lines.append(f"{pad}{name}: {_scalar(value)}  # {origin(path)}")
+    return lines

@@ -1,0 +1,1 @@
+"""Config composition: trainctl's groups, composed with Hydra, into one trainctl config."""

@@ -1,0 +1,272 @@
+"""Compose trainctl's config groups with Hydra into one trainctl config.
+
+The command line mixes three kinds of overrides, told apart here:
+  - group choices:  `algorithm=grpo`, `recipe=quickstart`
+  - trainctl keys:  any key the composed trainctl config has (`run.epochs=2`, `hardware.rollout_tp=4`)
+  - backend keys:   everything else, written as in the backend's own docs (`actor_rollout_ref.actor.optim.lr=1e-6`
+    for verl, `beta=0.2` for TRL), or with an explicit `verl.` / `trl.` prefix. They are stored under the
+    config's `verl:` or `trl:` node, whichever backend the algorithm runs on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from trainctl.config import resolvers
+from trainctl.config.overrides import Override, suggest_option
+from trainctl.config.search import GROUPS, SearchPath
+from trainctl.errors import ConfigProblems, Problem
+
+# Top-level sections of the trainctl config that are trainctl's own (group nodes and shared settings).
+TRAINCTL_SECTIONS = ("paths", "run", "algorithm", "model", "data", "hardware", "logger")
+# Nodes that hold backend keys, and which algorithm family runs on which.
+BACKEND_NODES = ("verl", "trl")
+FAMILY_NODE = {"sft": "verl", "ppo": "verl", "dpo": "trl"}
+PRIMARY = "trainctl"
+
+_MISSING = object()
+
+
+@dataclass
+class BackendOverride:
+    """A backend key from the command line, kept with how it was written."""
+
+    raw: str
+    path: str  # inside the backend's config, without the verl./trl. prefix
+    value: Any
+    op: str  # set | add | force_add | delete
+
+
+@dataclass
+class Composition:
+    """The composed trainctl config and what went into it."""
+
+    cfg: DictConfig
+    search: SearchPath
+    group_overrides: list[str]
+    trainctl_overrides: list[Override] = field(default_factory=list)
+    backend_overrides: list[BackendOverride] = field(default_factory=list)
+
+    @property
+    def family(self) -> str:
+        return self.cfg.algorithm.family
+
+    @property
+    def node(self) -> str:
+        return FAMILY_NODE[self.family]
+
+    @property
+    def added(self) -> set[str]:
+        """Backend keys the user added on purpose with `+key=value` or `++key=value`."""
+        return {b.path for b in self.backend_overrides if b.op in ("add", "force_add")}
+
+    @property
+    def deleted(self) -> set[str]:
+        return {b.path for b in self.backend_overrides if b.op == "delete"}
+
+    @cached_property
+    def sources(self) -> list[tuple[str, set[str]]]:
+        from trainctl.config.origins import sources
+
+        return sources(self)
+
+    def origin(self, path: str) -> str | None:
+        """The file or override that set a trainctl config key (computed on first use)."""
+        from trainctl.config.origins import origin_of
+
+        return origin_of(path, self.sources)
+
+
+def _select(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, default=_MISSING, throw_on_resolution_failure=False)
+
+
+def _hydra(search: SearchPath):
+    """A Hydra instance over trainctl's search path: user folders first, then the built-in groups."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    csp = create_config_search_path(None)
+    for i, d in enumerate(search.dirs):
+        provider = "trainctl" if d == search.builtin else f"trainctl-user-{i}"
+        csp.prepend(provider, f"file://{d}", anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    return Hydra.create_main_hydra2(task_name="trainctl", config_search_path=csp)
+
+
+def hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig:
+    """Run Hydra's composition; composition failures become Problems that name the file and the fix."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        hydra = _hydra(search)
+        cfg = hydra.compose_config(PRIMARY, group_overrides, run_mode=RunMode.RUN, with_log_configuration=False)
+    except MissingConfigException as e:
+        msg = str(e).strip().splitlines()[0]
+        options = list(getattr(e, "options", None) or [])
+        raise ConfigProblems(
+            [Problem(msg, hint=f"available: {', '.join(options)}" if options else "see `trainctl config groups`")]
+        ) from None
+    except (HydraException, OmegaConfBaseException) as e:
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        raise ConfigProblems(
+            [Problem(lines[0] if lines else type(e).__name__, details=lines[1:4], hint="see `trainctl config groups`")]
+        ) from None
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+def _group_override(o: Override, search: SearchPath, problems: list[Problem]) -> str | None:
+    group = o.key
+    options = list(search.options(group))
+    if o.op != "set" or o.package:
+        problems.append(Problem(f"'{o.raw}': a group is chosen with {group}=OPTION.", key=group))
+        return None
+    choice = o.value
+    if not isinstance(choice, str) or choice not in options:
+        guess = suggest_option(str(choice), options)
+        problems.append(
+            Problem(
+                f"unknown {group} '{choice}'.",
+                key=group,
+                details=[f"Did you mean '{guess}'?"] if guess else [],
+                hint=f"available {group} options: {', '.join(options)} (your own go in ./conf/{group}/NAME.yaml)",
+            )
+        )
+        return None
+    # recipes write anywhere in the config, so they are mounted at the root
+    return f"recipe@_global_={choice}" if group == "recipe" else f"{group}={choice}"
+
+
+def compose(overrides: list[Override], search: SearchPath) -> Composition:
+    """Compose the trainctl config for one set of overrides."""
+    resolvers.register()
+    problems: list[Problem] = []
+    group_overrides: list[str] = []
+    maybe_trainctl: list[Override] = []
+    backend: list[tuple[Override, str | None, str]] = []  # (override, explicit node, path)
+
+    for o in overrides:
+        head, _, rest = o.key.partition(".")
+        if o.key in GROUPS:
+            choice = _group_override(o, search, problems)
+            if choice:
+                group_overrides.append(choice)
+        elif head in BACKEND_NODES and rest:
+            backend.append((o, head, rest))
+        elif head in TRAINCTL_SECTIONS and not rest:
+            problems.append(
+                Problem(
+                    f"'{o.raw}': {head} is a section, not a value.",
+                    key=head,
+                    hint=f"set one of its keys, e.g. {head}.KEY=VALUE (see `trainctl config show`)",
+                )
+            )
+        elif head in TRAINCTL_SECTIONS:
+            maybe_trainctl.append(o)
+        else:
+            backend.append((o, None, o.key))
+    if problems:
+        raise ConfigProblems(problems)
+
+    cfg = hydra_compose(search, group_overrides)
+
+    trainctl_overrides: list[Override] = []
+    for o in maybe_trainctl:
+        # a key the trainctl config has is trainctl's; any other (data.train_batch_size) is the backend's
+        if _select(cfg, o.key) is _MISSING:
+            backend.append((o, None, o.key))
+            continue
+        if o.op == "delete":
+            problems.append(
+                Problem(f"'{o.raw}': trainctl keys cannot be deleted.", key=o.key, hint=f"set it instead: {o.key}=null")
+            )
+            continue
+        OmegaConf.update(cfg, o.key, o.value, merge=True)
+        trainctl_overrides.append(o)
+
+    family = OmegaConf.select(cfg, "algorithm.family")
+    if family not in FAMILY_NODE:
+        problems.append(
+            Problem(
+                f"algorithm.family is {family!r}; it must be one of {', '.join(FAMILY_NODE)}.",
+                key="algorithm.family",
+                hint="an algorithm file sets family: sft (verl SFT), dpo (TRL) or ppo (verl main_ppo)",
+            )
+        )
+        raise ConfigProblems(problems)
+    node = FAMILY_NODE[family]
+
+    backend_overrides: list[BackendOverride] = []
+    for o, explicit, path in backend:
+        if explicit and explicit != node:
+            problems.append(
+                Problem(
+                    f"'{o.raw}' sets a {explicit} key, but algorithm={cfg.algorithm.name} runs on {node}.",
+                    key=o.key,
+                    hint=f"drop it, or choose an algorithm that runs on {explicit}",
+                )
+            )
+            continue
+        backend_overrides.append(BackendOverride(raw=o.raw, path=path, value=o.value, op=o.op))
+        if o.op != "delete":
+            with open_dict(cfg):
+                OmegaConf.update(cfg[node], path, o.value, merge=True, force_add=True)
+    if problems:
+        raise ConfigProblems(problems)
+
+    return Composition(
+        cfg=cfg,
+        search=search,
+        group_overrides=group_overrides,
+        trainctl_overrides=trainctl_overrides,
+        backend_overrides=backend_overrides,
+    )
+
+
+def resolve_trainctl(comp: Composition) -> tuple[dict, list[Problem]]:
+    """The trainctl sections with every interpolation resolved; a value that cannot resolve is a Problem."""
+    problems: list[Problem] = []
+    out: dict = {}
+    for section in comp.cfg:
+        if section in BACKEND_NODES:
+            continue
+        out[section] = _resolve_tree(comp.cfg, str(section), problems)
+    return out, problems
+
+
+def _resolve_tree(cfg: DictConfig, key: str, problems: list[Problem]) -> Any:
+    from omegaconf.errors import OmegaConfBaseException
+
+    node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+    if OmegaConf.is_dict(node):
+        return {str(k): _resolve_tree(cfg, f"{key}.{k}", problems) for k in node}
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except OmegaConfBaseException as e:
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        for part in key.split("."):
+            raw = raw.get(part) if isinstance(raw, dict) else raw
+        problems.append(
+            Problem(
+                f"{key} = {raw!r} cannot be resolved: {str(e).splitlines()[0]}",
+                key=key,
+                hint="check the interpolation's key path (`trainctl config show` lists them)",
+            )
+        )
+        return None
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    return value

@@ -1,0 +1,105 @@
+"""Command-line overrides: parsing, malformed-input messages, and sweep expansion."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from trainctl.config.search import GROUPS, SearchPath
+from trainctl.errors import UsageError
+from trainctl.suggest import closest
+
+
+@dataclass(frozen=True)
+class Override:
+    """One `key=value` from the command line, parsed the way Hydra parses it."""
+
+    raw: str
+    key: str
+    value: Any = None
+    op: str = "set"  # set | add (+key) | force_add (++key) | delete (~key)
+    package: str | None = None
+
+
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _op(o) -> str:
+    if o.is_delete():
+        return "delete"
+    if o.is_force_add():
+        return "force_add"
+    if o.is_add():
+        return "add"
+    return "set"
+
+
+def _not_an_override(word: str, search: SearchPath | None) -> UsageError:
+    hint = "overrides look like key=value, e.g. algorithm=grpo or data.max_prompt_length=1024"
+    if search is not None:
+        if word in GROUPS:
+            opts = ", ".join(search.options(word)) or "(none)"
+            hint = f"choose an option: {word}=OPTION (one of: {opts})"
+        else:
+            for group in GROUPS:
+                if word in search.options(group):
+                    hint = f"did you mean {group}={word}?"
+                    break
+    return UsageError(f"'{word}' is not an override.", hint=hint)
+
+
+def parse_one(raw: str, search: SearchPath | None = None):
+    """Parse one override with Hydra's grammar; a malformed one is a UsageError that says how to write it."""
+    from hydra.errors import HydraException
+
+    if "=" not in raw and not raw.startswith("~"):
+        raise _not_an_override(raw, search)
+    try:
+        return _parser().parse_override(raw)
+    except HydraException as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else "cannot be parsed"
+        raise UsageError(
+            f"malformed override '{raw}': {reason}.",
+            hint="write key=value; quote values with spaces or special characters: key='a b', "
+            "lists as key=[a,b], several values to sweep with -m: key=a,b",
+        ) from None
+
+
+def expand(args: list[str], multirun: bool, search: SearchPath | None = None) -> list[list[str]]:
+    """The override lists to run: one, or with -m one per point of the sweep (the product of all swept values)."""
+    axes: list[list[str]] = []
+    for raw in args:
+        o = parse_one(raw, search)
+        if not o.is_sweep_override():
+            axes.append([raw])
+            continue
+        key = o.get_key_element()
+        values = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        if not multirun:
+            raise UsageError(
+                f"'{raw}' gives {len(values)} values.",
+                hint=f"add -m to sweep ({len(values)} runs), or write a list in brackets: {o.key_or_group}=[...]",
+            )
+        axes.append(values)
+    return [list(point) for point in itertools.product(*axes)]
+
+
+def parse(args: list[str], search: SearchPath | None = None) -> list[Override]:
+    """Parse a (sweep-free) override list."""
+    out = []
+    for raw in args:
+        o = parse_one(raw, search)
+        if o.is_sweep_override():
+            raise UsageError(f"'{raw}' gives several values.", hint="add -m to sweep over them")
+        value = None if o.is_delete() else o.value()
+        out.append(Override(raw=raw, key=o.key_or_group, value=value, op=_op(o), package=o.package))
+    return out
+
+
+def suggest_option(option: str, options: list[str]) -> str | None:
+    match = closest(option, options, cutoff=0.5)
+    return match[0] if match else None

@@ -1,0 +1,66 @@
+"""The `tc.*` resolvers the mapping files (conf/mapping/) use to translate trainctl values into backend values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+# A mapped value equal to this is dropped: the backend keeps its own default.
+UNSET = "__trainctl_unset__"
+
+# trainctl's loggers that no TRL `report_to` integration covers (trainctl handles them itself).
+_TRAINCTL_ONLY_LOGGERS = {"console", "file"}
+
+
+def _opt(value):
+    return UNSET if value is None else value
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _if_null(value, if_null, otherwise):
+    return if_null if value is None else otherwise
+
+
+def _fn_file(spec):
+    if spec is None:
+        return None
+    file, _, _ = str(spec).rpartition(":")
+    return str(Path(file or spec).expanduser().resolve())
+
+
+def _fn_name(spec):
+    if spec is None:
+        return None
+    file, _, name = str(spec).rpartition(":")
+    return name if file else "compute_score"
+
+
+def _report_to(backends):
+    rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
+    return rest or "none"
+
+
+_RESOLVERS = {
+    "tc.opt": _opt,
+    "tc.or": _or,
+    "tc.if_null": _if_null,
+    "tc.sum": lambda *xs: sum(xs),
+    "tc.floordiv": lambda a, b: a // b,
+    "tc.eq": lambda a, b: a == b,
+    "tc.ne": lambda a, b: a != b,
+    "tc.abspath": lambda p: str(Path(p).expanduser().resolve()),
+    "tc.fn_file": _fn_file,
+    "tc.fn_name": _fn_name,
+    "tc.report_to": _report_to,
+}
+
+
+def register() -> None:
+    """Make the tc.* resolvers available (idempotent)."""
+    for name, fn in _RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)

@@ -1,0 +1,1 @@
+"""Data: preparing, converting and checking the files each trainer reads."""
