@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command, Number, get
-from trainctl.checks import dpo, files, ppo, sft
+from trainctl.checks import dpo, environment, files, ppo, sft
 from trainctl.checks.values import check_values
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.overrides import parse
@@ -73,8 +73,14 @@ class Plan:
     def backend_yaml(self) -> str:
         return OmegaConf.to_yaml(self.cfg, resolve=True)
 
+    def trainctl_tree(self) -> dict:
+        """The trainctl config in reading order: the groups, the run, then this backend's keys."""
+        tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
+        order = ["algorithm", "model", "data", "hardware", "logger", "run", "paths", self.backend.node]
+        return {k: tree[k] for k in order if k in tree}
+
     def trainctl_yaml(self) -> str:
-        return OmegaConf.to_yaml(self.comp.cfg, resolve=True)
+        return OmegaConf.to_yaml(OmegaConf.create(self.trainctl_tree()))
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -109,10 +115,10 @@ def make_plan(
         plan.raise_for_errors()
 
     plan.built = plan.backend.build(comp, plan.problems)
-    plan.raise_for_errors()
     family = _FAMILY_CHECKS[comp.family]
     plan.problems += family.checks(plan)
     plan.problems += files.checks(plan)
+    plan.problems += environment.checks(plan)
     plan.raise_for_errors()
     plan.numbers = family.numbers(plan)
     if native:

@@ -88,7 +88,8 @@ class Backend:
 
     # -- building -------------------------------------------------------------------------------------------
 
-    def build(self, comp: Composition, problems: list[Problem]) -> BuiltConfig | None:
+    def build(self, comp: Composition, problems: list[Problem]) -> BuiltConfig:
+        """The backend config. Unknown keys are reported in `problems` and left out, so later checks still run."""
         mapped = resolve_mapping(comp, self.mapping, problems)
         user, user_origin = resolve_node(comp, self.node, problems)
         choices = {k: user.pop(k) for k in self.group_keys if isinstance(user.get(k), str)}
@@ -106,24 +107,22 @@ class Backend:
             origins[path] = user_origin.get(path)  # files are looked up only when needed (see origin_of)
 
         added: set[str] = set()
-        for path in leaves:
+        for path in list(leaves):
             if path in known:
                 continue
             if self._may_add(path, comp.added):
                 added.add(path)
                 continue
             origin = origins[path] or comp.origin(f"{self.node}.{path}") or f"{self.node}.{path}"
-            problems.append(self.unknown_key(path, leaves[path], known | trainctl_keys(comp), origin))
-        for path in comp.deleted:
-            if path not in known:
-                problems.append(self.unknown_key(path, None, known, COMMAND_LINE))
-        if any(p.is_error for p in problems):
-            return None
+            problems.append(self.unknown_key(path, leaves.pop(path), known, trainctl_keys(comp), origin))
+        deleted = comp.deleted & known
+        for path in comp.deleted - known:
+            problems.append(self.unknown_key(path, None, known, set(), COMMAND_LINE))
 
         cfg = OmegaConf.create(base)
         for path, value in leaves.items():
             OmegaConf.update(cfg, path, value, merge=False, force_add=True)
-        for path in comp.deleted:
+        for path in deleted:
             parent, _, last = path.rpartition(".")
             with open_dict(cfg):
                 (OmegaConf.select(cfg, parent) if parent else cfg).pop(last, None)
@@ -134,22 +133,29 @@ class Backend:
         prefixes = (*self.open_paths, *added_on_purpose)
         return any(path == p or path.startswith(p + ".") for p in prefixes)
 
-    def unknown_key(self, path: str, value: Any, known: set[str], origin: str) -> Problem:
+    def unknown_key(self, path: str, value: Any, known: set[str], trainctl: set[str], origin: str) -> Problem:
+        """An unknown key, with the closest real one (backend's or trainctl's) and how to fix it."""
         for old, (new, why) in self.old_keys.items():
             if path == old or path.startswith(old + "."):
                 fix = f"use {new}" + (f"={render_value(value)}" if new and path == old else "") if new else None
                 return Problem(
                     f"'{path}' is a key from older verl: {why}.",
                     key=path,
+                    details=[f"Did you mean '{new}'?"] if new else [],
                     hint=fix or "convert the data: trainctl data convert FILE --to sft",
                 )
-        guess = closest_key(path, known)
-        from_cli = origin == COMMAND_LINE
-        where = "" if from_cli else f" (set in {origin})"
-        if from_cli:
-            hint = f"to add a new key on purpose, use +{path}={render_value(value)}"
-        else:
+        from trainctl.config.compose import TRAINCTL_SECTIONS
+
+        guess = closest_key(path, known | trainctl)
+        head = path.split(".")[0]
+        where = "" if origin == COMMAND_LINE else f" (set in {origin})"
+        if origin != COMMAND_LINE:
             hint = f"fix or remove it in {origin}"
+        elif head in TRAINCTL_SECTIONS and head not in known:
+            # a trainctl section the backend has no node of: nothing to add on purpose here
+            hint = f"`trainctl config show` lists the {head}.* keys"
+        else:
+            hint = f"to add a new key on purpose, use +{path}={render_value(value)}"
         return Problem(
             f"unknown config key '{path}'{where}.",
             key=path,
@@ -250,7 +256,7 @@ def get(cfg: DictConfig, path: str, default: Any = None) -> Any:
 
 # -- rendering overrides ----------------------------------------------------------------------------------------
 
-_BARE = re.compile(r"[A-Za-z_/~][\w./~\-]*")
+_BARE = re.compile(r"[A-Za-z_/][\w./\-]*")
 _RESERVED = {"true", "false", "null", "none", "nan", "inf", "yes", "no", "on", "off"}
 
 

@@ -81,8 +81,9 @@ def trl_defaults() -> dict:
                 default = None
             tree.setdefault(f.name, _jsonable(default))
     tree.update(DATA_KEYS)
-    paths.atomic_write_text(cache, json.dumps(tree, indent=1, sort_keys=True))
-    return tree
+    text = json.dumps(tree, indent=1)  # TRL's field order, fresh or cached
+    paths.atomic_write_text(cache, text)
+    return json.loads(text)
 
 
 class TrlDPO(Backend):

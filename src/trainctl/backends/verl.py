@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from trainctl import paths
 from trainctl.backends import verl_facts
 from trainctl.backends.base import Backend, Command
+from trainctl.errors import ConfigProblems, Problem
 
 if TYPE_CHECKING:
     from trainctl.plan import Plan
@@ -47,12 +48,25 @@ def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
             pass
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(d), version_base=None):
             cfg = compose(config_name, overrides=list(overrides))
+    except HydraException as e:
+        group, _, choice = overrides[0].partition("=") if overrides else ("", "", "")
+        options = sorted(f.stem for f in (d / group).glob("*.yaml")) if group else []
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"verl has no {group} option '{choice}'." if group else str(e).splitlines()[0],
+                    key=group or None,
+                    hint=f"available: {', '.join(options)}" if options else None,
+                )
+            ]
+        ) from None
     finally:
         GlobalHydra.instance().clear()
     tree = OmegaConf.to_container(cfg, resolve=False)

@@ -123,7 +123,6 @@ LEGACY_REWARD_KEYS = {
     "reward_model.n_gpus_per_node": "reward.reward_model.n_gpus_per_node",
     "reward_model.nnodes": "reward.reward_model.nnodes",
     "reward_model.model.path": "reward.reward_model.model_path",
-    "reward_model.reward_kwargs": "reward.reward_kwargs",
     "reward_model.rollout": "reward.reward_model.rollout",
     "custom_reward_function.path": "reward.custom_reward_function.path",
     "custom_reward_function.name": "reward.custom_reward_function.name",
@@ -148,6 +147,7 @@ OLD_SFT_KEYS = {
     "use_remove_padding": ("model.use_remove_padding", "moved to the model group"),
 }
 OLD_PPO_KEYS = {
+    "reward_model.reward_kwargs": ("reward.reward_kwargs", "main_ppo reads the reward manager's kwargs there"),
     "critic.model.fsdp_config": ("critic.fsdp", "critic FSDP settings are critic.fsdp.*"),
     "actor_rollout_ref.rollout.log_prob_micro_batch_size": (
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",

@@ -12,6 +12,16 @@ if TYPE_CHECKING:
     from trainctl.plan import Plan
 
 
+def nodes_text(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
+def micro_fix_key(plan: Plan, key: str) -> str:
+    """The key to change: the hardware group's when the value came from it, else the backend key itself."""
+    origin = plan.built.origins.get(key) or ""
+    return "hardware.micro_batch_size_per_gpu" if origin.startswith("conf/mapping/") else key
+
+
 def check_logger_names(plan: Plan, key: str) -> list[Problem]:
     value = plan.value(key)
     names = [value] if isinstance(value, str) else list(value or [])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from trainctl.backends import verl_facts as facts
 from trainctl.backends.base import Number
 from trainctl.checks.arith import divisors_near, fix, neighbours, step_for
-from trainctl.checks.common import check_logger_names, check_verl_device
+from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
@@ -23,8 +23,9 @@ def _choice(plan: Plan, key: str, allowed: tuple[str, ...], what: str, hint_extr
     from trainctl.suggest import closest
 
     guess = closest(str(value), allowed)
+    article = "an" if what[0] in "aeiou" else "a"
     return Problem(
-        f"{key} = {value!r} is not a {what} verl {facts.VERL_VERSION} knows.",
+        f"{key} = {value!r} is not {article} {what} verl {facts.VERL_VERSION} knows.",
         key=key,
         details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(allowed)}"],
         hint=f"{key}={guess[0] if guess else allowed[0]}" + hint_extra,
@@ -155,7 +156,7 @@ def _mini_micro(plan: Plan, role: str, mini_key: str, micro_key: str, dyn_key: s
                         f"{mini_key} x rollout.n / ranks = {M} x {n} / {dp} = {per_gpu}; "
                         f"{per_gpu} % {micro_key} ({u}) = {per_gpu % u}"
                     ],
-                    hint=fix("hardware.micro_batch_size_per_gpu", divisors_near(per_gpu, u)),
+                    hint=fix(micro_fix_key(plan, micro_key), divisors_near(per_gpu, u)),
                 )
             )
     return problems
@@ -182,7 +183,10 @@ def batch(plan: Plan) -> list[Problem]:
             Problem(
                 "Sequence parallelism does not divide the GPUs:",
                 key=f"{AR}.actor.ulysses_sequence_parallel_size",
-                details=[f"{nodes} nodes x {per_node} GPUs = {world}; {world} % ulysses_sequence_parallel_size ({sp})"],
+                details=[
+                    f"{nodes_text(nodes)} x {per_node} GPUs = {world}; "
+                    f"{world} % ulysses_sequence_parallel_size ({sp}) = {world % sp}"
+                ],
                 hint=fix(f"{AR}.actor.ulysses_sequence_parallel_size", divisors_near(world, sp)),
             )
         ]
@@ -196,14 +200,13 @@ def batch(plan: Plan) -> list[Problem]:
                 key="data.train_batch_size",
                 details=[
                     f"data.train_batch_size x rollout.n = {P} x {n} = {S}; "
-                    f"{nodes} node{'s' if nodes > 1 else ''} x {per_node} GPUs = {world} ranks"
+                    f"{nodes_text(nodes)} x {per_node} GPUs = {world} ranks"
                     + (f" / sp {sp} = {dp}" if sp > 1 else "")
                     + f"; {S} % {dp} = {S % dp}"
                 ],
                 hint=fix("data.train_batch_size", neighbours(P, step_for(n, dp))),
             )
         )
-        return problems
     problems += _mini_micro(
         plan,
         "policy",
@@ -357,7 +360,7 @@ def numbers(plan: Plan) -> list[Number]:
     out = [
         Number("prompts per step", P, "data.train_batch_size"),
         Number("sequences per step", P * n, f"{P} prompts x rollout.n {n}"),
-        Number("data-parallel ranks", dp, f"{nodes} node(s) x {per_node}" + (f" / sp {sp}" if sp > 1 else "")),
+        Number("data-parallel ranks", dp, f"{nodes_text(nodes)} x {per_node}" + (f" / sp {sp}" if sp > 1 else "")),
         Number("sequences per rank per step", P * n // dp, f"{P * n} / {dp}"),
         Number(
             "policy updates per step",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from trainctl.backends.base import Number
 from trainctl.checks.arith import divisors_near, fix, neighbours
-from trainctl.checks.common import check_logger_names, check_verl_device
+from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def batch(plan: Plan) -> list[Problem]:
                 "The batch does not divide across data-parallel ranks (verl would silently drop the remainder):",
                 key="data.train_batch_size",
                 details=[
-                    f"data.train_batch_size = {B}; {nodes} node(s) x {per_node} = {dp} ranks; {B} % {dp} = {B % dp}"
+                    f"data.train_batch_size = {B}; {nodes_text(nodes)} x {per_node} = {dp} ranks; {B} % {dp} = {B % dp}"
                 ],
                 hint=fix("data.train_batch_size", neighbours(B, dp)),
             )
@@ -48,7 +48,7 @@ def batch(plan: Plan) -> list[Problem]:
                     details=[
                         f"data.train_batch_size / ranks = {B} / {dp} = {per_rank}; {per_rank} % {u} = {per_rank % u}"
                     ],
-                    hint=fix("hardware.micro_batch_size_per_gpu", divisors_near(per_rank, u)),
+                    hint=fix(micro_fix_key(plan, "data.micro_batch_size_per_gpu"), divisors_near(per_rank, u)),
                 )
             )
     rows = plan.rows("train")
@@ -93,7 +93,7 @@ def numbers(plan: Plan) -> list[Number]:
     nodes, per_node, dp = _ranks(plan)
     out = [
         Number("sequences per step", B, "data.train_batch_size"),
-        Number("data-parallel ranks", dp, f"{nodes} node(s) x {per_node}"),
+        Number("data-parallel ranks", dp, f"{nodes_text(nodes)} x {per_node}"),
         Number("sequences per rank per step", B // dp, f"{B} / {dp}"),
     ]
     if plan.value("data.use_dynamic_bsz"):

@@ -129,6 +129,8 @@ def debug() -> bool:
 
 
 def stdout_console():
+    """rich output on stdout; when piped, lines are not wrapped (one line per row, for grep)."""
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    width = None if sys.stdout.isatty() else 10_000
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)

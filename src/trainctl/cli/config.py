@@ -57,7 +57,7 @@ def show(
         if not origin:
             typer.echo(plan.trainctl_yaml().rstrip())
             return
-        tree = OmegaConf.to_container(plan.comp.cfg, resolve=True)
+        tree = plan.trainctl_tree()
         comp = plan.comp
         typer.echo("\n".join(yaml_with_origins(tree, lambda p: comp.origin(p) or "conf/trainctl.yaml")))
         return

@@ -39,23 +39,20 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; every known failure becomes `Error:`/`Hint:` lines and an exit code (0 ok, 1 problem, 2 usage)."""
-    import click
+    """Run the CLI; every known failure becomes `Error:`/`Hint:` lines and an exit code (0 ok, 1 problem, 2 usage).
 
+    Typer reports its own usage errors (unknown command or option, exit 2); trainctl's errors are rendered here.
+    """
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, TrainctlError
 
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="trainctl")
+        app(args=argv, prog_name="trainctl")
     except TrainctlError as e:
         if debug():
             raise
         render_error(e)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except KeyboardInterrupt:
         typer.echo("Interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    sys.exit(rv if isinstance(rv, int) else 0)

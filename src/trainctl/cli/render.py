@@ -13,13 +13,14 @@ from trainctl.plan import Plan
 def plan_text(plan: Plan, title: str | None = None) -> str:
     tc = plan.tc
     hw = tc["hardware"]
+    devices = "process" if hw["device"] == "cpu" else "GPU"
     lines = []
     if title:
         lines += [title, ""]
     lines.append(
         f"Plan: {tc['algorithm']['name']} on model={tc['model']['name']} with data={tc['data']['name']}, "
-        f"hardware={hw['name']} ({hw['nnodes']} node{'s' if hw['nnodes'] > 1 else ''} x {hw['gpus_per_node']} "
-        f"{'processes' if hw['device'] == 'cpu' else 'GPUs'}, {hw['launcher']}), logger={tc['logger']['name']}"
+        f"hardware={hw['name']} ({_count(hw['nnodes'], 'node')} x {_count(hw['gpus_per_node'], devices)}, "
+        f"{hw['launcher']}), logger={tc['logger']['name']}"
     )
     lines.append(f"Backend: {plan.backend.title}; run folder: {plan.run_dir}")
     lines.append("")
@@ -44,6 +45,11 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
             lines.append(f"  {n.label:<{width}}  {n.value!s:<10}  {n.how}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    plural = "es" if noun.endswith("s") else "s"
+    return f"{n} {noun}{plural if n != 1 else ''}"
 
 
 def _scalar(value: Any) -> str:

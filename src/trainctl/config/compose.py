@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trainctl.config import resolvers
@@ -115,6 +116,18 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig:
         options = list(getattr(e, "options", None) or [])
         raise ConfigProblems(
             [Problem(msg, hint=f"available: {', '.join(options)}" if options else "see `trainctl config groups`")]
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark else "a config file"
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"{where} is not valid YAML: {getattr(e, 'problem', None) or e}.",
+                    details=[getattr(e, "context", None) or ""] if getattr(e, "context", None) else [],
+                    hint="fix the file's syntax (quote values that contain : [ ] { } #)",
+                )
+            ]
         ) from None
     except (HydraException, OmegaConfBaseException) as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
@@ -256,12 +269,15 @@ def _resolve_tree(cfg: DictConfig, key: str, problems: list[Problem]) -> Any:
     try:
         value = OmegaConf.select(cfg, key, throw_on_missing=True)
     except OmegaConfBaseException as e:
+        cause = str(e).splitlines()[0]
+        if any(cause in p.message for p in problems):
+            return None  # a value that only inherits an error already reported
         raw = OmegaConf.to_container(cfg, resolve=False)
         for part in key.split("."):
             raw = raw.get(part) if isinstance(raw, dict) else raw
         problems.append(
             Problem(
-                f"{key} = {raw!r} cannot be resolved: {str(e).splitlines()[0]}",
+                f"{key} = {raw!r} cannot be resolved: {cause}",
                 key=key,
                 hint="check the interpolation's key path (`trainctl config show` lists them)",
             )

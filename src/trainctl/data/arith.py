@@ -58,3 +58,20 @@ def corpus_lines(n: int = 400) -> list[str]:
         lines.append(p.prompt)
         lines.append(p.solution())
     return lines
+
+
+def rows(fmt: str, split: str, n: int, seed: int) -> Iterator[dict]:
+    """Rows in one of the trainer formats (see trainctl.data.formats)."""
+    from trainctl.data.formats import dpo_row, rl_row, sft_row
+
+    rng = random.Random(f"{seed}-{split}-wrong")
+    for p in problems(n, seed, split):
+        if fmt == "rl":
+            extra = {"split": split, "index": p.index, "question": p.question, "answer": p.solution()}
+            yield rl_row("openai/gsm8k", p.prompt, str(p.answer), ability="math", extra_info=extra)
+        elif fmt == "sft":
+            yield sft_row(p.prompt, p.solution())
+        elif fmt == "dpo":
+            yield dpo_row(p.prompt, p.solution(), p.solution(wrong_answer(p, rng)))
+        else:
+            raise ValueError(fmt)

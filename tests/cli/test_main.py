@@ -1,0 +1,77 @@
+"""The root command: help with examples everywhere, version, exit codes for usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+COMMANDS = [[], ["train"], ["config"], ["config", "show"], ["config", "validate"], ["config", "groups"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainctl")
+def test_help_on_every_command(command, cli):
+    result = cli(*command, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage: trainctl" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["train"], ["config", "show"], ["config", "validate"]])
+def test_commands_that_take_overrides_show_examples(command, cli):
+    assert "Examples" in cli(*command, "--help").stdout
+
+
+def test_version(cli):
+    from trainctl import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"trainctl {__version__}"
+
+
+def test_unknown_command_is_a_usage_error_with_a_suggestion(cli):
+    result = cli("trian")
+    assert result.exit_code == 2
+    assert "No such command 'trian'. Did you mean 'train'?" in result.output
+
+
+def test_help_does_not_import_the_heavy_stack():
+    """`trainctl --help` must stay instant: no torch, verl, ray, transformers or hydra."""
+    code = (
+        "import sys\n"
+        "from trainctl.cli.main import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'verl', 'ray', 'transformers', 'hydra', 'omegaconf') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_config_errors_do_not_import_verl_or_torch():
+    code = (
+        "import sys\n"
+        "from trainctl.cli.main import main\n"
+        "try:\n    main(['train', 'algorithm=grpo', 'algorithm.kl_ctrl.kl_coeff=1', '--dry-run'])\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+        "print([m for m in ('torch', 'verl', 'ray', 'transformers') if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2:] == ["exit 1", "[]"], proc.stdout + proc.stderr
+    assert "unknown config key 'algorithm.kl_ctrl.kl_coeff'" in proc.stderr
+
+
+def test_console_script_is_installed():
+    proc = subprocess.run(["trainctl", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("trainctl ")
+
+
+def test_completion_offers_groups_and_options():
+    from trainctl.cli.common import complete_overrides
+
+    assert "algorithm=" in complete_overrides(None, "alg")
+    assert complete_overrides(None, "hardware=2") == ["hardware=2x8gpu"]
+    assert "model=qwen3-8b" in complete_overrides(None, "model=qwen3")
+    assert "run.epochs=" in complete_overrides(None, "run.ep")

@@ -1,0 +1,189 @@
+"""Composition: every shipped option and recipe composes and validates; overrides land where they should."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from trainctl.config.search import SearchPath
+from trainctl.errors import ConfigProblems
+from trainctl.plan import make_plan
+
+SEARCH = SearchPath.default()
+ALGORITHMS = list(SEARCH.options("algorithm"))
+HARDWARE = list(SEARCH.options("hardware"))
+RECIPES = list(SEARCH.options("recipe"))
+
+
+def _data_for(algorithm: str) -> str:
+    return "hh-rlhf" if algorithm == "dpo" else "arith"
+
+
+def test_shipped_groups_are_all_there():
+    assert set(ALGORITHMS) >= {"sft", "dpo", "ppo", "grpo", "gspo", "dapo", "drgrpo", "rloo", "reinforce_pp", "remax"}
+    assert set(HARDWARE) == {"cpu", "1gpu", "8gpu", "2x8gpu", "4x8gpu"}
+    assert set(SEARCH.options("logger")) == {"console", "wandb", "tensorboard", "file", "mlflow"}
+    assert set(SEARCH.options("data")) >= {"gsm8k", "math", "hh-rlhf", "arith"}
+    models = set(SEARCH.options("model"))
+    assert {f"qwen2.5-{s}" for s in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b")} <= models
+    assert {f"qwen3-{s}" for s in ("0.6b", "1.7b", "4b", "8b", "14b", "32b")} <= models
+    assert {"deepseek-llm-7b-chat", "llama3-8b-instruct", "tiny"} <= models
+    assert {"quickstart", "grpo-gsm8k-qwen2.5-7b", "dapo-math-qwen2.5-32b-4x8gpu"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_on_every_hardware_validates(algorithm, hardware, tiny_model):
+    # verl's own validation runs too (native=True), with the model present so its model sections are checked
+    plan = make_plan([f"algorithm={algorithm}", f"hardware={hardware}", f"data={_data_for(algorithm)}"])
+    assert plan.errors == []
+    assert plan.backend.name == {"sft": "verl-sft", "dpo": "trl-dpo"}.get(algorithm, "verl-ppo")
+    assert plan.numbers, "the plan shows derived numbers"
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_validates(recipe, tiny_model):
+    plan = make_plan([f"recipe={recipe}"])
+    assert plan.errors == []
+    first = (SEARCH.options("recipe")[recipe]).read_text().splitlines()[0]
+    assert first == f"# trainctl train recipe={recipe}", "a recipe starts with the command that runs it"
+
+
+@pytest.mark.parametrize("group", ["algorithm", "model", "data", "hardware", "logger"])
+def test_every_option_file_is_documented(group):
+    from trainctl.config.search import describe
+
+    for name, file in SEARCH.options(group).items():
+        assert describe(file), f"{file} has no description comment"
+        assert "name: " + name in file.read_text() or group == "algorithm"
+
+
+def test_recipe_chooses_groups_and_command_line_wins():
+    plan = make_plan(["recipe=grpo-gsm8k-qwen2.5-7b", "model=qwen3-8b"], native=False)
+    assert plan.tc["algorithm"]["name"] == "grpo"
+    assert plan.tc["hardware"]["name"] == "8gpu"
+    assert plan.tc["model"]["name"] == "qwen3-8b"
+    assert plan.value("actor_rollout_ref.model.path").endswith("/models/qwen3-8b")
+
+
+def test_keys_route_to_trainctl_or_backend():
+    plan = make_plan(
+        [
+            "algorithm=grpo",
+            "data.max_prompt_length=256",  # a trainctl key (the data group has it) ...
+            "data.train_batch_size=64",  # ... a verl key under the same section name
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+            "actor_rollout_ref.actor.optim.lr=3e-6",
+            "verl.trainer.val_before_train=false",  # an explicit prefix works too
+            "hardware.micro_batch_size_per_gpu=4",
+        ],
+        native=False,
+    )
+    assert plan.tc["data"]["max_prompt_length"] == 256
+    assert plan.value("data.max_prompt_length") == 256
+    assert plan.value("data.train_batch_size") == 64
+    assert plan.value("actor_rollout_ref.actor.optim.lr") == 3e-6
+    assert plan.value("trainer.val_before_train") is False
+    assert plan.value("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 4
+    assert plan.comp.cfg.verl.data.train_batch_size == 64
+
+
+def test_mapping_lands_groups_on_backend_keys():
+    plan = make_plan(["algorithm=ppo", "model=qwen2.5-3b", "hardware=8gpu", "logger=tensorboard"], native=False)
+    assert plan.value("trainer.n_gpus_per_node") == 8
+    assert plan.value("actor_rollout_ref.rollout.tensor_model_parallel_size") == 2
+    assert plan.value("critic.model.path") == plan.value("actor_rollout_ref.model.path")
+    assert plan.value("trainer.logger") == ["console", "tensorboard"]
+    # null in trainctl means "leave verl's default": no attention override on GPUs
+    assert plan.value("actor_rollout_ref.model.override_config") == {}
+    cpu = make_plan(["algorithm=ppo", "hardware=cpu"], native=False)
+    assert cpu.value("actor_rollout_ref.model.override_config.attn_implementation") == "sdpa"
+    assert cpu.value("actor_rollout_ref.actor.strategy") == "fsdp2"
+
+
+def test_dpo_maps_onto_trl_keys():
+    plan = make_plan(["algorithm=dpo", "data=hh-rlhf", "hardware=cpu", "logger=wandb", "beta=0.3"], native=False)
+    assert plan.value("use_cpu") is True and plan.value("bf16") is False
+    assert plan.value("beta") == 0.3
+    assert plan.value("report_to") == ["wandb"]
+    assert plan.value("max_length") == 1024
+    gpu = make_plan(["algorithm=dpo", "data=hh-rlhf", "hardware=8gpu"], native=False)
+    assert gpu.value("bf16") is True and gpu.value("use_cpu") is False
+
+
+def test_adding_and_deleting_backend_keys():
+    plan = make_plan(
+        ["algorithm=grpo", "+data.my_custom_field=7", "+ray_kwargs.ray_init.address=auto", "~trainer.rollout_data_dir"],
+        native=False,
+    )
+    assert plan.value("data.my_custom_field") == 7
+    assert plan.value("ray_kwargs.ray_init.address") == "auto"
+    assert "rollout_data_dir" not in plan.cfg.trainer
+    assert "+data.my_custom_field=7" in plan.backend.raw_overrides(plan)
+
+
+def test_backend_values_may_interpolate_trainctl_keys():
+    plan = make_plan(["algorithm=dapo", "data.max_response_length=200"], native=False)
+    assert plan.value("reward.reward_kwargs.max_resp_len") == 200
+    assert plan.value("reward.reward_kwargs.overlong_buffer_cfg.len") == 50
+
+
+def test_user_conf_folder_is_searched_first(tmp_path):
+    conf = tmp_path / "work" / "conf"
+    (conf / "model").mkdir(parents=True)
+    (conf / "model" / "qwen2.5-7b.yaml").write_text(
+        "# our mirror of Qwen2.5-7B\nname: qwen2.5-7b\nhf_repo: Qwen/Qwen2.5-7B-Instruct\nms_repo: null\n"
+        "path: /mnt/models/qwen7b\nparams: 7.6e+9\ncontext_length: 32768\n"
+    )
+    (conf / "hardware").mkdir()
+    src = SEARCH.options("hardware")["8gpu"].read_text().replace("name: 8gpu", "name: h100-box")
+    (conf / "hardware" / "h100-box.yaml").write_text(src)
+    plan = make_plan(["algorithm=grpo", "model=qwen2.5-7b", "hardware=h100-box"], native=False)
+    assert plan.tc["model"]["path"] == "/mnt/models/qwen7b"
+    assert plan.tc["hardware"]["name"] == "h100-box"
+
+
+def test_config_dir_option(tmp_path):
+    mine = tmp_path / "team-conf"
+    (mine / "recipe").mkdir(parents=True)
+    (mine / "recipe" / "ours.yaml").write_text(
+        "# trainctl train recipe=ours --config-dir team-conf\ndefaults:\n  - override /algorithm: rloo\n"
+        "run:\n  name: ours\n"
+    )
+    plan = make_plan(["recipe=ours"], SearchPath.default([mine]), native=False)
+    assert plan.tc["algorithm"]["name"] == "rloo" and plan.tc["run"]["name"] == "ours"
+
+
+def test_origins_name_the_file_or_override():
+    plan = make_plan(["recipe=quickstart", "run.seed=7", "optim.weight_decay=0.0"], native=False)
+    comp = plan.comp
+    assert comp.origin("run.seed") == "command line"
+    assert comp.origin("run.epochs") == "recipes/quickstart.yaml"
+    assert comp.origin("model.path") == "conf/model/tiny.yaml"
+    assert comp.origin("hardware.fsdp_strategy") == "conf/hardware/cpu.yaml"
+    assert comp.origin("verl.optim.lr") == "recipes/quickstart.yaml"
+    assert comp.origin("verl.optim.weight_decay") == "command line"
+
+
+def test_backend_yaml_round_trips_through_verl_compose(tiny_model):
+    """What trainctl writes for verl is what verl's own Hydra loads back."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    plan = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
+    folder = tiny_model.parent.parent / "run"
+    folder.mkdir()
+    (folder / "verl_ppo.yaml").write_text(plan.backend_yaml())
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(folder), version_base=None):
+        loaded = compose("verl_ppo")
+    GlobalHydra.instance().clear()
+    assert OmegaConf.to_container(loaded, resolve=True) == OmegaConf.to_container(plan.cfg, resolve=True)
+
+
+def test_every_problem_is_reported_together():
+    with pytest.raises(ConfigProblems) as e:
+        make_plan(["algorithm=grpo", "hardware=2x8gpu", "data.train_batch_size=100", "trainer.totl_epochs=3"])
+    messages = [p.message for p in e.value.problems]
+    assert any("unknown config key 'trainer.totl_epochs'" in m for m in messages)
+    assert any("do not divide across data-parallel ranks" in m for m in messages)

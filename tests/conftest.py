@@ -1,0 +1,126 @@
+"""Fixtures: every path trainctl touches points into a temporary folder; the tiny model and arith data are real."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Credentials and cluster addresses from the developer's shell must not leak into tests.
+_SCRUBBED = ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "HF_ENDPOINT", "TRAINCTL_DEBUG", "MLFLOW_TRACKING_URI")
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("session")
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch, session_dir) -> Path:
+    """TRAINCTL_HOME, the cache and the working directory in tmp; the cache is shared by the session."""
+    home = tmp_path / "home"
+    home.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("TRAINCTL_HOME", str(home))
+    monkeypatch.setenv("TRAINCTL_CACHE", str(session_dir / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for var in _SCRUBBED:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(work)
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(session_dir) -> Path:
+    from trainctl.models.tiny import init_tiny
+
+    return init_tiny(session_dir / "models" / "tiny")
+
+
+@pytest.fixture(scope="session")
+def arith_data_dir(session_dir) -> Path:
+    from trainctl.data.arith import rows
+    from trainctl.data.writer import write_rows
+
+    d = session_dir / "data" / "arith"
+    for fmt in ("rl", "sft", "dpo"):
+        for split, n in (("train", 512), ("test", 64)):
+            write_rows(d / fmt / f"{split}.parquet", rows(fmt, split, n, 0))
+    return d
+
+
+@pytest.fixture
+def tiny_model(isolated, tiny_model_dir) -> Path:
+    """The tiny model where model=tiny looks for it (a copy: tests may write next to it)."""
+    target = isolated / "models" / "tiny"
+    shutil.copytree(tiny_model_dir, target)
+    return target
+
+
+@pytest.fixture
+def arith_data(isolated, arith_data_dir) -> Path:
+    target = isolated / "data" / "arith"
+    shutil.copytree(arith_data_dir, target)
+    return target
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def invoke(*args: str) -> Result:
+    """Run the real CLI entry point in-process (main(), with its error boundary) and capture what it prints."""
+    from trainctl.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli():
+    return invoke
+
+
+@pytest.fixture
+def no_processes(monkeypatch):
+    """Fail if anything starts a process or a Ray cluster."""
+    import subprocess
+
+    started: list[str] = []
+
+    def refuse(*args, **kwargs):
+        started.append(repr(args[:2]))
+        raise AssertionError(f"a process was started: {args[:2]}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(os, "posix_spawn", refuse, raising=False)
+    yield started
+    import sys
+
+    if "ray" in sys.modules:
+        import ray
+
+        assert not ray.is_initialized(), "a Ray cluster was started"
