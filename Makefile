@@ -26,6 +26,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt
 	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e '.[test]'
+	@# bytecode for our own modules: with PYTHONDONTWRITEBYTECODE set, every command would recompile them
+	$(BIN)/python -m compileall -q src
 	@touch $(STAMP)
 
 .PHONY: install

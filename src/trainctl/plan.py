@@ -114,7 +114,7 @@ def make_plan(
     if plan.errors:
         plan.raise_for_errors()
 
-    plan.built = plan.backend.build(comp, plan.problems)
+    plan.built = plan.backend.build(comp, tc, plan.problems)
     family = _FAMILY_CHECKS[comp.family]
     plan.problems += family.checks(plan)
     plan.problems += files.checks(plan)

@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omegaconf import DictConfig
+
 from trainctl import paths
 from trainctl.backends.base import Backend, Command
 
@@ -86,6 +88,12 @@ def trl_defaults() -> dict:
     return json.loads(text)
 
 
+def _trl_defaults_config() -> DictConfig:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(trl_defaults())  # small: ~170 flat keys
+
+
 class TrlDPO(Backend):
     name = "trl-dpo"
     title = "TRL DPOTrainer"
@@ -95,8 +103,8 @@ class TrlDPO(Backend):
     # model_init_kwargs is passed to from_pretrained as is
     open_paths = ("model_init_kwargs", "ref_model_init_kwargs", "accelerator_config", "fsdp_config")
 
-    def defaults(self, group_choices: dict[str, str]) -> dict:
-        return trl_defaults()
+    def defaults(self, group_choices: dict[str, str]) -> DictConfig:
+        return _trl_defaults_config()
 
     def command(self, plan: Plan) -> Command:
         run_dir = Path(plan.tc["run"]["dir"]).expanduser().resolve()

@@ -16,9 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omegaconf import DictConfig
+
 from trainctl import paths
 from trainctl.backends import verl_facts
-from trainctl.backends.base import Backend, Command
+from trainctl.backends.base import Backend, Command, key_paths
 from trainctl.errors import ConfigProblems, Problem
 
 if TYPE_CHECKING:
@@ -34,16 +36,31 @@ def verl_config_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
+def verl_keys(config_name: str, overrides: tuple[str, ...] = ()) -> set[str]:
+    """Every key path of verl's default config (inner nodes included)."""
+    return _verl_defaults_cached(config_name, overrides)[1]
+
+
+def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
+    """verl's composed default config (interpolations kept): a fresh copy the caller may change.
+
+    Cached on disk per verl version and file times as a pickled DictConfig: unpickling one takes ~6 ms,
+    building one from a dict ~80 ms, composing it with Hydra ~500 ms.
+    """
+    return pickle.loads(_verl_defaults_cached(config_name, overrides)[0])
+
+
 @lru_cache(maxsize=16)
-def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
-    """verl's composed default config (interpolations kept), cached on disk per verl version and file times."""
+def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str]]:
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
-    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides))
+    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys"))
     cache = paths.cache_dir() / f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
     if cache.is_file():
         try:
-            return pickle.loads(cache.read_bytes())
+            blob, keys = pickle.loads(cache.read_bytes())
+            pickle.loads(blob)
+            return blob, keys
         except Exception:  # a damaged cache is rebuilt
             pass
     from hydra import compose, initialize_config_dir
@@ -69,9 +86,15 @@ def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
         ) from None
     finally:
         GlobalHydra.instance().clear()
-    tree = OmegaConf.to_container(cfg, resolve=False)
-    paths.atomic_write_bytes(cache, pickle.dumps(tree))
-    return tree
+    container = OmegaConf.to_container(cfg, resolve=False)
+    blob = pickle.dumps(OmegaConf.create(container))  # without Hydra's struct flags
+    keys = key_paths(container)
+    paths.atomic_write_bytes(cache, pickle.dumps((blob, keys)))
+    return blob, keys
+
+
+def _overrides(group_choices: dict[str, str]) -> tuple[str, ...]:
+    return tuple(f"{k}={v}" for k, v in sorted(group_choices.items()))
 
 
 def _run_dir(plan: Plan) -> Path:
@@ -102,8 +125,11 @@ class VerlPPO(_Verl):
     group_keys = ("model_engine",)
     old_keys = verl_facts.OLD_PPO_KEYS
 
-    def defaults(self, group_choices: dict[str, str]) -> dict:
-        return verl_defaults("ppo_trainer", tuple(f"{k}={v}" for k, v in sorted(group_choices.items())))
+    def defaults(self, group_choices: dict[str, str]) -> DictConfig:
+        return verl_defaults("ppo_trainer", _overrides(group_choices))
+
+    def known_keys(self, group_choices: dict[str, str]) -> set[str]:
+        return verl_keys("ppo_trainer", _overrides(group_choices))
 
     def command(self, plan: Plan) -> Command:
         run_dir = _run_dir(plan)
@@ -137,8 +163,11 @@ class VerlSFT(_Verl):
     group_keys = ("model", "engine", "optim", "profiler")
     old_keys = verl_facts.OLD_SFT_KEYS
 
-    def defaults(self, group_choices: dict[str, str]) -> dict:
-        return verl_defaults("sft_trainer_engine", tuple(f"{k}={v}" for k, v in sorted(group_choices.items())))
+    def defaults(self, group_choices: dict[str, str]) -> DictConfig:
+        return verl_defaults("sft_trainer_engine", _overrides(group_choices))
+
+    def known_keys(self, group_choices: dict[str, str]) -> set[str]:
+        return verl_keys("sft_trainer_engine", _overrides(group_choices))
 
     def command(self, plan: Plan) -> Command:
         run_dir = _run_dir(plan)

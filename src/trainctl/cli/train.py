@@ -15,18 +15,15 @@ from trainctl.cli.common import (
 )
 
 EPILOG = """\
-[bold]Examples[/bold]
-
-  [cyan]trainctl train recipe=quickstart --dry-run[/cyan]
+\b
+Examples:
+  trainctl train recipe=quickstart --dry-run
       the embedded default: tiny model, arith data, SFT on CPU
-
-  [cyan]trainctl train algorithm=grpo model=qwen2.5-7b data=gsm8k hardware=8gpu logger=wandb --dry-run[/cyan]
+  trainctl train algorithm=grpo model=qwen2.5-7b data=gsm8k hardware=8gpu logger=wandb --dry-run
       compose groups, check everything, print the plan; nothing starts
-
-  [cyan]trainctl train algorithm=grpo actor_rollout_ref.actor.optim.lr=5e-7 data.train_batch_size=512 --dry-run[/cyan]
+  trainctl train algorithm=grpo actor_rollout_ref.actor.optim.lr=5e-7 data.train_batch_size=512 --dry-run
       any backend key, written as in verl's own docs
-
-  [cyan]trainctl train -m algorithm=grpo,dapo model=qwen2.5-7b,qwen3-8b --dry-run[/cyan]
+  trainctl train -m algorithm=grpo,dapo model=qwen2.5-7b,qwen3-8b --dry-run
       a sweep: one plan per combination
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from trainctl.config.search import GROUPS, SearchPath
@@ -22,6 +23,7 @@ class Override:
     package: str | None = None
 
 
+@lru_cache(maxsize=1)
 def _parser():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -1,0 +1,72 @@
+"""Timing helpers for the benchmarks: interleaved runs, medians, a result table."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def reps(default: int = 5) -> int:
+    return int(os.environ.get("BENCH_REPS", default))
+
+
+@dataclass
+class Row:
+    name: str
+    trainctl_s: float
+    baseline_s: float | None = None
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline_s is None or not self.trainctl_s:
+            return None
+        return self.baseline_s / self.trainctl_s
+
+
+def run_once(argv: list[str], env: dict[str, str], cwd: Path, expect: int | None = None) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if expect is not None and proc.returncode != expect:
+        raise RuntimeError(f"{argv[:4]}... exited {proc.returncode}, expected {expect}:\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def interleaved(commands: dict[str, tuple[list[str], int | None]], env, cwd, n: int) -> dict[str, float]:
+    """Median wall time of each command, run alternately n times each (after one warm-up run each)."""
+    for argv, expect in commands.values():
+        run_once(argv, env, cwd, expect)
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    for _ in range(n):
+        for name, (argv, expect) in commands.items():
+            times[name].append(run_once(argv, env, cwd, expect))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def report(bench: str, rows: list[Row]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    payload = [dict(asdict(r), ratio=r.ratio) for r in rows]
+    (RESULTS / f"{bench}.json").write_text(json.dumps(payload, indent=2))
+    width = max(len(r.name) for r in rows)
+    print(f"\n{bench}")
+    print(f"  {'measurement':<{width}}  {'trainctl':>9}  {'baseline':>9}  {'ratio':>6}  target")
+    for r in rows:
+        base = f"{r.baseline_s:8.2f}s" if r.baseline_s is not None else f"{'-':>9}"
+        ratio = f"{r.ratio:5.1f}x" if r.ratio is not None else f"{'-':>6}"
+        mark = "" if r.ok is None else ("  ok" if r.ok else "  MISSED")
+        print(f"  {r.name:<{width}}  {r.trainctl_s:8.2f}s  {base}  {ratio}  {r.target}{mark}")
+        if r.note:
+            print(f"  {'':<{width}}  {r.note}")
