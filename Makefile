@@ -34,8 +34,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create .venv and install trainctl (editable, with test extras)
 
 .PHONY: demo
-demo: $(STAMP) ## show the plan for the embedded default: tiny model + arith data, SFT on CPU
-	$(BIN)/trainctl train recipe=quickstart --dry-run
+demo: $(STAMP) ## train the embedded default on CPU: tiny model + arith data, SFT (about a minute)
+	$(BIN)/trainctl model init tiny
+	$(BIN)/trainctl data prep arith
+	$(BIN)/trainctl train recipe=quickstart run.name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 .PHONY: test
 test: $(STAMP) ## run the test suite (no GPU needed; slow and gpu tests are skipped)

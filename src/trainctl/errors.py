@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 EXIT_OK = 0
 EXIT_PROBLEM = 1  # a problem with the user's config, data, model or checkpoint
 EXIT_USAGE = 2  # the command line itself is malformed
+EXIT_RUN_FAILED = 3  # the trainer (or the Ray job) failed; its own exit code is in the message
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
 
@@ -37,6 +38,18 @@ class UsageError(TrainctlError):
     """The command line cannot be understood (a misspelt option, a malformed override)."""
 
     exit_code = EXIT_USAGE
+
+
+class RunFailed(TrainctlError):
+    """The training process (or Ray job) failed after starting."""
+
+    exit_code = EXIT_RUN_FAILED
+
+
+class RunInterrupted(TrainctlError):
+    """Ctrl-C or SIGTERM stopped a run."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 @dataclass

@@ -84,7 +84,8 @@ class Backend:
     def numbers(self, plan: Plan) -> list[Number]:
         return []
 
-    def command(self, plan: Plan) -> Command:
+    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+        """The launch command; the backend config is read from `config_dir` (default: the run folder)."""
         raise NotImplementedError
 
     def raw_overrides(self, plan: Plan) -> list[str]:

@@ -106,16 +106,18 @@ class TrlDPO(Backend):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return _trl_defaults_config()
 
-    def command(self, plan: Plan) -> Command:
-        run_dir = Path(plan.tc["run"]["dir"]).expanduser().resolve()
+    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+        run_dir = config_dir or str(Path(plan.tc["run"]["dir"]).expanduser().resolve())
         hw = plan.tc["hardware"]
-        config = ["--config", str(run_dir / self.config_file)]
         if hw["launcher"] == "local":
-            launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}"]
-            argv = [*launch, "-m", ENTRY, *config]
+            launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}", "-m", ENTRY]
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
-            argv = ["python", "-m", ENTRY, "--ray", *config]
-        raw = [*argv[: argv.index("-m") + 2], *self.raw_overrides(plan)]
-        env = {"WANDB_PROJECT": str(plan.tc["run"]["project"])} if "wandb" in plan.tc["logger"]["backends"] else {}
-        return Command(argv=argv, env=env, launcher=hw["launcher"], raw_argv=raw)
+            launch = ["python", "-m", ENTRY, "--ray"]
+        env = {"RAY_ADDRESS": str(hw["ray_address"])} if hw["launcher"] == "ray_cluster" and hw["ray_address"] else {}
+        return Command(
+            argv=[*launch, "--config", f"{run_dir}/{self.config_file}"],
+            env=env,
+            launcher=hw["launcher"],
+            raw_argv=[*launch, *self.raw_overrides(plan)],
+        )

@@ -11,7 +11,6 @@ import importlib.metadata
 import importlib.util
 import pickle
 import shlex
-import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,13 +105,14 @@ class _Verl(Backend):
     entry = ""
 
     def env(self, plan: Plan) -> dict[str, str]:
-        env = {}
-        if "file" in plan.tc["logger"]["backends"]:
-            # verl's file logger writes $VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl
-            env["VERL_FILE_LOGGER_ROOT"] = str(_run_dir(plan) / "metrics")
-        if "tensorboard" in plan.tc["logger"]["backends"]:
-            env["TENSORBOARD_DIR"] = str(_run_dir(plan) / "tensorboard")
-        return env
+        hw = plan.tc["hardware"]
+        if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
+            # the driver's ray.init() joins the cluster named by RAY_ADDRESS
+            return {"RAY_ADDRESS": str(hw["ray_address"])}
+        return {}
+
+    def config_args(self, plan: Plan, config_dir: str | None) -> list[str]:
+        return [f"--config-path={config_dir or _run_dir(plan)}", f"--config-name={Path(self.config_file).stem}"]
 
 
 class VerlPPO(_Verl):
@@ -131,24 +131,12 @@ class VerlPPO(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
-    def command(self, plan: Plan) -> Command:
-        run_dir = _run_dir(plan)
-        hw = plan.tc["hardware"]
-        env = self.env(plan)
-        if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
-            # main_ppo's ray.init() joins the cluster named by RAY_ADDRESS
-            env["RAY_ADDRESS"] = str(hw["ray_address"])
-        argv = [
-            "python",
-            "-m",
-            self.entry,
-            f"--config-path={run_dir}",
-            f"--config-name={Path(self.config_file).stem}",
-        ]
+    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+        # main_ppo starts (or joins) Ray itself
         return Command(
-            argv=argv,
-            env=env,
-            launcher=hw["launcher"],
+            argv=["python", "-m", self.entry, *self.config_args(plan, config_dir)],
+            env=self.env(plan),
+            launcher=plan.tc["hardware"]["launcher"],
             raw_argv=["python", "-m", self.entry, *self.raw_overrides(plan)],
         )
 
@@ -169,30 +157,24 @@ class VerlSFT(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("sft_trainer_engine", _overrides(group_choices))
 
-    def command(self, plan: Plan) -> Command:
-        run_dir = _run_dir(plan)
+    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
         hw = plan.tc["hardware"]
-        config = [f"--config-path={run_dir}", f"--config-name={Path(self.config_file).stem}"]
         if hw["launcher"] == "local":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
             launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}"]
-            argv = [*launch, "-m", self.entry, *config]
-            raw = [*launch, "-m", self.entry, *self.raw_overrides(plan)]
+            launch += ["-m", self.entry]
         else:
-            # across machines: one Ray controller sized by trainer.nnodes x n_gpus_per_node
-            argv = ["python", "-m", "verl.trainer.sft_trainer_ray", *config]
-            raw = ["python", "-m", "verl.trainer.sft_trainer_ray", *self.raw_overrides(plan)]
-        env = self.env(plan)
-        if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
-            env["RAY_ADDRESS"] = str(hw["ray_address"])
-        return Command(argv=argv, env=env, launcher=hw["launcher"], raw_argv=raw)
+            # on a Ray cluster: one controller sized by trainer.nnodes x n_gpus_per_node
+            launch = ["python", "-m", "verl.trainer.sft_trainer_ray"]
+        return Command(
+            argv=[*launch, *self.config_args(plan, config_dir)],
+            env=self.env(plan),
+            launcher=hw["launcher"],
+            raw_argv=[*launch, *self.raw_overrides(plan)],
+        )
 
 
 def shell_line(argv: list[str], env: dict[str, str] | None = None) -> str:
-    """A command as one shell line (what the run folder's launch script holds)."""
+    """A command as one shell line."""
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
     return (prefix + " " if prefix else "") + " ".join(shlex.quote(a) for a in argv)
-
-
-def python() -> str:
-    return sys.executable

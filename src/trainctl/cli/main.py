@@ -8,7 +8,11 @@ import typer
 
 from trainctl import __version__
 from trainctl.cli import config as config_cmd
+from trainctl.cli import data as data_cmd
+from trainctl.cli import jobs as jobs_cmd
+from trainctl.cli import model as model_cmd
 from trainctl.cli.common import OVERRIDE_CONTEXT
+from trainctl.cli.doctor import doctor
 from trainctl.cli.train import EPILOG as TRAIN_EPILOG
 from trainctl.cli.train import train
 
@@ -24,6 +28,18 @@ app = typer.Typer(
 )
 app.command(context_settings=OVERRIDE_CONTEXT, epilog=TRAIN_EPILOG)(train)
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(data_cmd.app, name="data")
+app.add_typer(model_cmd.app, name="model")
+app.add_typer(jobs_cmd.app, name="jobs")
+app.command(
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+\b
+Examples:
+  trainctl doctor                            this machine, with the default hardware=cpu
+  trainctl doctor hardware=4x8gpu            the Ray cluster RAY_ADDRESS names, against 4 x 8 GPUs
+""",
+)(doctor)
 
 
 def _version(value: bool) -> None:

@@ -33,7 +33,9 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     )
     lines += ["  " + o for o in plan.backend.raw_overrides(plan)]
     lines.append("")
-    cmd = plan.command()
+    from trainctl.launch.runner import full_command
+
+    cmd = full_command(plan)
     lines.append(f"Launch ({cmd.launcher}):")
     lines.append("  " + shell_line(cmd.argv, cmd.env))
     lines.append(f"  (the backend config is written to {plan.run_dir / plan.backend.config_file} when the run starts)")

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import (
-    ConfigDirs,
-    Overrides,
-    reject_option_typos,
-    render_warnings,
-    search_path,
-)
+from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.errors import RunFailed, RunInterrupted, TrainctlError
 
 EPILOG = """\
 \b
 Examples:
-  trainctl train recipe=quickstart --dry-run
+  trainctl train recipe=quickstart
       the embedded default: tiny model, arith data, SFT on CPU
   trainctl train algorithm=grpo model=qwen2.5-7b data=gsm8k hardware=8gpu logger=wandb --dry-run
       compose groups, check everything, print the plan; nothing starts
@@ -25,6 +21,8 @@ Examples:
       any backend key, written as in verl's own docs
   trainctl train -m algorithm=grpo,dapo model=qwen2.5-7b,qwen3-8b --dry-run
       a sweep: one plan per combination
+  trainctl train --resume runs/quickstart
+      continue a run from its last checkpoint, with its saved config
 """
 
 
@@ -37,26 +35,102 @@ def train(
     multirun: Annotated[
         bool, typer.Option("-m", "--multirun", help="sweep: key=a,b runs one plan per value (the product of all)")
     ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option("--resume", help="continue the run in this folder from its last checkpoint", show_default=False),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="with a Ray job: print the job id and return without following it")
+    ] = False,
     config_dir: ConfigDirs = None,
 ) -> None:
-    """Compose a config from groups, check it, and run it (or print the plan with --dry-run)."""
+    """Compose a config from groups, check it, and run it (or print the plan with --dry-run).
+
+    Exit codes: 0 done, 1 a problem with the config, data or model (nothing started), 2 a usage error,
+    3 the trainer failed, 130 interrupted.
+    """
     from trainctl.cli.render import plan_text
     from trainctl.config.overrides import expand
-    from trainctl.errors import TrainctlError
     from trainctl.plan import make_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
     search = search_path(config_dir)
+    if resume is not None:
+        words = [*_saved_args(resume), *words]
     points = expand(words, multirun, search)
-    if not dry_run:
-        raise TrainctlError(
-            "launching is not available yet in this build.",
-            hint="add --dry-run to check the config and print the plan",
-        )
+    if resume is not None and len(points) > 1:
+        raise TrainctlError("--resume continues one run; it cannot be combined with a sweep (-m).")
+    failures: list[TrainctlError] = []
     for i, point in enumerate(points, 1):
         plan = make_plan(point, search, launching=not dry_run)
         title = f"Sweep point {i}/{len(points)}: {' '.join(point)}" if multirun else None
         render_warnings(plan.warnings)
-        typer.echo(plan_text(plan, title))
-    typer.echo("Dry run: nothing was started.")
+        if dry_run:
+            typer.echo(plan_text(plan, title))
+            continue
+        if title:
+            typer.echo(title)
+        if resume is not None and plan.run_dir != resume.expanduser().resolve():
+            raise TrainctlError(
+                f"--resume {resume}: the overrides move the run to {plan.run_dir}.",
+                hint="do not change run.name or run.dir when resuming",
+            )
+        try:
+            _run(plan, point, resume is not None, detach)
+        except RunFailed as e:
+            if len(points) == 1:
+                raise
+            failures.append(e)
+    if dry_run:
+        typer.echo("Dry run: nothing was started.")
+    elif failures:
+        raise RunFailed(f"{len(failures)} of {len(points)} sweep runs failed.", details=[f.message for f in failures])
+
+
+def _saved_args(folder: Path) -> list[str]:
+    from trainctl.launch.rundir import RunDir
+
+    run = RunDir(folder.expanduser().resolve())
+    if not run.exists():
+        raise TrainctlError(
+            f"--resume {folder}: no run there (no {run.run_file.name}).",
+            hint="trainctl runs write their folder under runs/<run.name>/; pass that folder",
+        )
+    return list(run.status()["args"])
+
+
+def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
+    import sys
+
+    from trainctl.launch.checkpoints import latest_checkpoint
+    from trainctl.launch.rundir import relative
+    from trainctl.launch.runner import launch
+    from trainctl.metrics import loss_summary
+
+    typer.echo(f"Run {plan.tc['run']['name']}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
+    result = launch(
+        plan, args, resume=resume, detach=detach, echo=sys.stdout, notify=lambda n: typer.echo(f"Note: {n}", err=True)
+    )
+    folder = relative(result.run_dir)
+    if result.state == "submitted":
+        typer.echo(f"Submitted Ray job {result.job_id}; follow it with: trainctl jobs logs {result.job_id} --follow")
+        return
+    if result.state == "interrupted":
+        raise RunInterrupted(
+            f"run {plan.tc['run']['name']} was interrupted; every process it started was stopped.",
+            hint=f"continue it: trainctl train --resume {folder}",
+        )
+    if result.state == "failed":
+        log = plan.run_dir / "logs"
+        raise RunFailed(
+            f"the trainer exited with code {result.exit_code}. Last lines of its log:",
+            details=["  " + line for line in result.tail[-20:]],
+            hint=f"the whole log is in {relative(log)}/; after fixing, resume: trainctl train --resume {folder}",
+        )
+    ckpt = latest_checkpoint(result.run_dir / "checkpoints")
+    typer.echo(f"Finished {plan.tc['run']['name']} in {result.seconds:.0f} s. Run folder: {folder}")
+    if ckpt:
+        typer.echo(f"Latest checkpoint: {relative(ckpt)}")
+    for line in loss_summary(result.run_dir):
+        typer.echo(line)

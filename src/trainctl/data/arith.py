@@ -37,6 +37,10 @@ class Problem:
         value = self.answer if answer is None else answer
         return f"{self.a} {self.op} {self.b} = {value}\n#### {value}"
 
+    def rejected(self, rng: random.Random) -> str:
+        """A dispreferred answer: wrong, and without the `#### <answer>` line the gsm8k scorer reads."""
+        return f"{self.a} {self.op} {self.b} = {wrong_answer(self, rng)}"
+
 
 def problems(n: int, seed: int, split: str) -> Iterator[Problem]:
     """n problems; the split salts the seed so train and test differ."""
@@ -72,6 +76,6 @@ def rows(fmt: str, split: str, n: int, seed: int) -> Iterator[dict]:
         elif fmt == "sft":
             yield sft_row(p.prompt, p.solution())
         elif fmt == "dpo":
-            yield dpo_row(p.prompt, p.solution(), p.solution(wrong_answer(p, rng)))
+            yield dpo_row(p.prompt, p.solution(), p.rejected(rng))
         else:
             raise ValueError(fmt)

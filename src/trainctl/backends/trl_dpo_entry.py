@@ -1,0 +1,139 @@
+"""DPO with TRL, from the backend config trainctl wrote (python -m trainctl.backends.trl_dpo_entry --config FILE).
+
+Started by torchrun on one machine (one process per device), or with --ray by Ray Train's TorchTrainer across
+machines. The reference model is handled the TRL way: a frozen copy of the policy for full fine-tuning, the
+adapter-disabled base for LoRA. The final model (or adapter) is saved as checkpoints/checkpoint-<step>/ with its
+tokenizer and trainer_state.json, like the intermediate ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _metrics_callback(path: str | None):
+    from transformers import TrainerCallback
+
+    class JsonlMetrics(TrainerCallback):
+        """Metrics per logging step, in verl's file-logger format ({"step": N, "data": {...}})."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if path and state.is_world_process_zero and logs:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                data = {f"train/{k}" if "/" not in k else k: v for k, v in logs.items()}
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": state.global_step, "data": data}) + "\n")
+
+    return JsonlMetrics()
+
+
+def _datasets(data: dict):
+    from datasets import load_dataset
+
+    files = {"train": data["train_files"]}
+    if data.get("val_files") and Path(data["val_files"]).is_file():
+        files["test"] = data["val_files"]
+    return load_dataset("parquet", data_files=files)
+
+
+def train(config_path: str, resume: bool = False) -> None:
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer, ModelConfig, get_peft_config
+
+    from trainctl.backends.trl_dpo_args import split_args
+
+    flat = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
+    dpo_args, model_args, data = split_args(flat)
+    args = DPOConfig(**dpo_args)
+    model_config = ModelConfig(**model_args)
+    path = model_config.model_name_or_path
+
+    dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
+    kwargs = {"dtype": dtype}
+    if model_config.attn_implementation:
+        kwargs["attn_implementation"] = model_config.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    peft_config = get_peft_config(model_config)  # None unless use_peft
+
+    dataset = _datasets(data)
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=None,  # TRL makes the reference: a frozen copy, or the base under the adapter
+        args=args,
+        train_dataset=dataset["train"],
+        eval_dataset=dataset.get("test") if args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[_metrics_callback(os.environ.get("TRAINCTL_METRICS_PATH"))],
+    )
+    last = _last_checkpoint(args.output_dir) if resume else None
+    trainer.train(resume_from_checkpoint=last)
+    final = Path(args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+    trainer.save_model(str(final))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(final))
+        trainer.state.save_to_json(str(final / "trainer_state.json"))
+
+
+def _last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+
+
+def train_on_ray(config_path: str, resume: bool) -> None:
+    """Ray Train across machines: one worker per device, each running the same training function."""
+    from omegaconf import OmegaConf
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    flat = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
+    hardware = json.loads(os.environ.get("TRAINCTL_HARDWARE", "{}"))
+    workers = int(hardware.get("nnodes", 1)) * int(hardware.get("gpus_per_node", 1))
+    use_gpu = hardware.get("device", "cuda") == "cuda"
+    config_text = Path(config_path).read_text()
+    metrics = os.environ.get("TRAINCTL_METRICS_PATH")
+
+    def loop(_):
+        import tempfile
+
+        if metrics:
+            os.environ["TRAINCTL_METRICS_PATH"] = metrics
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+            fh.write(config_text)
+        train(fh.name, resume)
+
+    trainer = TorchTrainer(
+        loop,
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
+        run_config=RunConfig(storage_path=str(Path(flat["output_dir"]).parent / "ray")),
+    )
+    result = trainer.fit()
+    if result.error:
+        raise result.error
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trl_dpo_entry", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the backend config (trl_dpo.yaml in the run folder)")
+    parser.add_argument("--ray", action="store_true", help="run on a Ray cluster with Ray Train")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint-N")
+    ns = parser.parse_args(argv)
+    if ns.ray:
+        train_on_ray(ns.config, ns.resume)
+    else:
+        train(ns.config, ns.resume)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

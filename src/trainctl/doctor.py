@@ -1,0 +1,104 @@
+"""`trainctl doctor`: what this machine (or cluster) offers against what a hardware option asks for."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainctl.launch.lock import versions
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail | info
+    detail: str
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def local_devices() -> tuple[int, list[str], str | None]:
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = [torch.cuda.get_device_name(i) for i in range(n)]
+    return n, names, torch.version.cuda
+
+
+def cluster_nodes(address: str) -> list[dict]:
+    """Alive nodes of a Ray cluster, through its dashboard's state API."""
+    from ray.util.state import list_nodes
+
+    if "://" not in address:
+        address = f"http://{address}"
+    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+    return [{"ip": n.node_ip, "resources": dict(n.resources_total or {})} for n in nodes]
+
+
+def run_checks(tc: dict) -> list[Check]:
+    hw, model = tc["hardware"], tc["model"]
+    checks: list[Check] = []
+    v = versions()
+    checks.append(Check("versions", "info", ", ".join(f"{k} {x}" for k, x in v.items() if x)))
+    for pkg in ("verl", "torch", "transformers", "trl", "ray"):
+        if not v.get(pkg):
+            checks.append(Check(pkg, "fail", "not installed"))
+    if importlib.util.find_spec("trl.experimental.ppo") is None:
+        checks.append(
+            Check("trl", "fail", "verl 0.9.1 needs trl.experimental.ppo (TRL <= 1.12): pip install 'trl<1.13'")
+        )
+    from importlib.metadata import entry_points
+
+    plugin = any(e.value == "trainctl.backends.verl_cpu_plugin" for e in entry_points(group="verl.plugins"))
+    checks.append(Check("verl CPU plugin", "ok" if plugin else "warn", "registered" if plugin else "not registered"))
+
+    n, names, cuda = local_devices()
+    if n:
+        checks.append(Check("GPUs here", "ok", f"{n} x {names[0]} (CUDA {cuda})"))
+    else:
+        checks.append(Check("GPUs here", "info", "none: hardware=cpu runs here"))
+    for engine in ("vllm", "sglang"):
+        found = importlib.util.find_spec(engine) is not None
+        checks.append(Check(engine, "ok" if found else "info", "importable" if found else "not installed"))
+
+    want = f"{hw['nnodes']} node(s) x {hw['gpus_per_node']} {'process(es)' if hw['device'] == 'cpu' else 'GPU(s)'}"
+    if hw["launcher"] == "local":
+        if hw["device"] == "cuda":
+            ok = n >= hw["gpus_per_node"]
+            checks.append(
+                Check(f"hardware={hw['name']}", "ok" if ok else "fail", f"wants {want}; this machine has {n}")
+            )
+        else:
+            checks.append(Check(f"hardware={hw['name']}", "ok", f"wants {want} on this machine's CPU"))
+    elif not hw.get("ray_address"):
+        checks.append(Check(f"hardware={hw['name']}", "fail", f"wants {want} on a Ray cluster; set RAY_ADDRESS"))
+    else:
+        try:
+            nodes = cluster_nodes(str(hw["ray_address"]))
+            key = "GPU" if hw["device"] == "cuda" else "CPU"
+            per_node = [int(nd["resources"].get(key, 0)) for nd in nodes]
+            ok = len(nodes) >= hw["nnodes"] and sum(p >= hw["gpus_per_node"] for p in per_node) >= hw["nnodes"]
+            detail = f"wants {want}; cluster has {len(nodes)} node(s) with {key}: {per_node}"
+            checks.append(Check(f"hardware={hw['name']}", "ok" if ok else "fail", detail))
+        except Exception as e:
+            checks.append(Check(f"hardware={hw['name']}", "fail", f"cannot reach {hw['ray_address']}: {e}"))
+
+    for label, folder in (
+        ("disk for runs", Path(tc["run"]["dir"]).parent),
+        ("disk for models", Path(model["path"]).parent),
+    ):
+        folder = folder.expanduser().resolve()
+        probe = folder
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        need = float(model.get("params") or 0) * 2 * (3 if label == "disk for runs" else 1)
+        status = "ok" if free > need else "warn"
+        checks.append(
+            Check(label, status, f"{_gib(free)} free at {folder}" + (f"; ~{_gib(need)} needed" if need else ""))
+        )
+    return checks

@@ -1,0 +1,1 @@
+"""Launching runs: the run folder, local processes (torchrun / python), Ray clusters and Ray jobs."""

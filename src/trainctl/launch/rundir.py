@@ -1,0 +1,156 @@
+"""The run folder: everything needed to understand, repeat and resume a run.
+
+runs/<name>/
+  trainctl.yaml        the resolved trainctl config (secrets redacted)
+  <backend>.yaml       the backend's config as the trainer reads it (verl_ppo.yaml, verl_sft.yaml, trl_dpo.yaml)
+  command.sh           the exact launch, re-runnable; the equivalent raw backend command in a comment
+  lock.json            versions (trainctl, verl, torch, transformers, trl, ray, Python) and the config's git commit
+  run.json             state and attempts: when, how, exit code, where the log is
+  logs/attempt-N.log   each attempt's output
+  metrics/attempt-N.jsonl  metrics per step ({"step": N, "data": {...}}, verl's file-logger format)
+  checkpoints/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import OmegaConf
+
+from trainctl.launch.lock import lockfile
+from trainctl.launch.secrets import Redactor
+from trainctl.paths import atomic_write_text
+
+if TYPE_CHECKING:
+    from trainctl.backends.base import Command
+    from trainctl.plan import Plan
+
+RUN_FILE = "run.json"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class RunDir:
+    path: Path
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def exists(self) -> bool:
+        return self.run_file.is_file()
+
+    def status(self) -> dict:
+        return json.loads(self.run_file.read_text())
+
+    def _save_status(self, status: dict) -> None:
+        atomic_write_text(self.run_file, json.dumps(status, indent=2) + "\n")
+
+    # -- writing ------------------------------------------------------------------------------------------------
+
+    def write_config(self, plan: Plan, args: list[str]) -> None:
+        """The run's configs, lockfile and status, before anything starts."""
+        redact = Redactor()
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "logs").mkdir(exist_ok=True)
+        (self.path / "metrics").mkdir(exist_ok=True)
+        tree = redact.tree(plan.trainctl_tree())
+        atomic_write_text(self.path / "trainctl.yaml", OmegaConf.to_yaml(OmegaConf.create(tree)))
+        backend = redact.tree(OmegaConf.to_container(plan.cfg, resolve=True))
+        atomic_write_text(self.path / plan.backend.config_file, OmegaConf.to_yaml(OmegaConf.create(backend)))
+        folders = [*plan.comp.search.user_dirs, Path.cwd()]
+        atomic_write_text(self.path / "lock.json", json.dumps(lockfile(folders), indent=2) + "\n")
+        previous = self.status() if self.exists() else {}
+        self._save_status(
+            {
+                "name": plan.tc["run"]["name"],
+                "algorithm": plan.tc["algorithm"]["name"],
+                "family": plan.comp.family,
+                "backend": plan.backend.name,
+                "config_file": plan.backend.config_file,
+                "args": [redact.text(a) for a in args],
+                "created": previous.get("created", _now()),
+                "state": "created",
+                "attempts": previous.get("attempts", []),
+            }
+        )
+
+    def write_command(self, plan: Plan, command: Command, args: list[str]) -> None:
+        redact = Redactor()
+        env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in command.env.items())
+        argv = " ".join(shlex.quote(a) for a in command.argv)
+        raw = " ".join(shlex.quote(redact.text(a)) for a in command.raw_argv)
+        text = (
+            "#!/usr/bin/env bash\n"
+            "# Re-runs this run's trainer exactly as trainctl launched it. Written by trainctl.\n"
+            f"# trainctl command: trainctl train {' '.join(shlex.quote(redact.text(a)) for a in args)}\n"
+            "# Secrets (HF_TOKEN, WANDB_API_KEY, ...) are read from your environment, never stored here.\n"
+            "set -euo pipefail\n"
+            f"{env}"
+            f"exec {argv}\n"
+            "\n"
+            f"# The same run with {plan.backend.title} alone (its defaults plus these overrides):\n"
+            f"# {raw}\n"
+        )
+        path = self.path / "command.sh"
+        atomic_write_text(path, text)
+        path.chmod(0o755)
+
+    # -- attempts -----------------------------------------------------------------------------------------------
+
+    def start_attempt(self, command: Command, **extra: Any) -> dict:
+        status = self.status()
+        n = len(status["attempts"]) + 1
+        attempt = {
+            "n": n,
+            "started": _now(),
+            "launcher": command.launcher,
+            "log": f"logs/attempt-{n}.log",
+            "metrics": f"metrics/attempt-{n}.jsonl",
+            **extra,
+        }
+        status["attempts"].append(attempt)
+        status["state"] = "running"
+        self._save_status(status)
+        return attempt
+
+    def update_attempt(self, **fields: Any) -> None:
+        status = self.status()
+        status["attempts"][-1].update(fields)
+        self._save_status(status)
+
+    def finish_attempt(self, state: str, exit_code: int | None, **fields: Any) -> None:
+        status = self.status()
+        status["attempts"][-1].update(ended=_now(), exit_code=exit_code, state=state, **fields)
+        status["state"] = state
+        self._save_status(status)
+
+    def log_path(self, attempt: dict) -> Path:
+        return self.path / attempt["log"]
+
+    def metrics_path(self, attempt: dict) -> Path:
+        return self.path / attempt["metrics"]
+
+
+def has_checkpoints(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def relative(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)

@@ -1,0 +1,285 @@
+"""Running a plan: preflight, the run folder, the launcher, the outcome.
+
+Everything that can fail because of the user's config, data, model or machine fails here, before a process
+starts (preflight); the trainer's own failures come back with its exit code and the tail of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from trainctl.backends.base import Command
+from trainctl.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ConfigProblems, Problem, TrainctlError
+from trainctl.launch import ray_jobs
+from trainctl.launch.process import Supervisor
+from trainctl.launch.rundir import RunDir, relative
+from trainctl.plan import Plan
+
+# an exception line, possibly prefixed by torchrun's "[rank0]: " or Ray's "(TrainingWorker pid=1) "
+_EXCEPTION = re.compile(
+    r"^\s*(?:\[rank\d+\]:\s*|\(\w+ pid=\d+\)\s*)?"  # the launcher's prefix
+    r"(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b(?::.*)?$"
+)
+# launcher wrappers whose summaries hide the trainer's own exception
+_WRAPPERS = ("ChildFailedError", "torch.distributed.elastic", "RayTaskError", "ActorDiedError")
+
+
+def failure_excerpt(lines: list[str], keep: int = 20) -> list[str]:
+    """The lines that explain a failure: the traceback ending at the trainer's last exception, not torchrun's."""
+    hits = [i for i, line in enumerate(lines) if _EXCEPTION.match(line) and not any(w in line for w in _WRAPPERS)]
+    if not hits:
+        return lines[-keep:]
+    end = hits[-1]
+    return lines[max(0, end - keep + 1) : end + 1]
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    state: str  # finished | failed | interrupted | submitted
+    exit_code: int
+    seconds: float = 0.0
+    job_id: str | None = None
+    tail: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
+    """The environment a run adds for its trainer (on top of the user's): platform, loggers, paths."""
+    run = plan.run_dir
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    hw = plan.tc["hardware"]
+    if hw["device"] == "cpu" and plan.backend.node == "verl":
+        env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.backends.verl_cpu_plugin)
+    metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
+    env["VERL_FILE_LOGGER_PATH"] = str(metrics)
+    env["TRAINCTL_METRICS_PATH"] = str(metrics)
+    backends = plan.tc["logger"]["backends"]
+    if "tensorboard" in backends:
+        env["TENSORBOARD_DIR"] = str(run / "tensorboard")
+    if "wandb" in backends:
+        env["WANDB_DIR"] = str(run)
+        env.setdefault("WANDB_PROJECT", str(plan.tc["run"]["project"]))
+    if "mlflow" in backends:
+        env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.tc["run"]["project"]))
+    if plan.backend.node == "trl" and hw["launcher"] != "local":
+        # Ray Train sizes itself from this (trainctl.backends.trl_dpo_entry --ray)
+        env["TRAINCTL_HARDWARE"] = json.dumps({k: hw[k] for k in ("nnodes", "gpus_per_node", "device")})
+    return env
+
+
+def full_command(plan: Plan, attempt: int | None = None) -> Command:
+    cmd = plan.command()
+    cmd.env = {**launch_env(plan, attempt), **cmd.env}
+    return cmd
+
+
+# -- preflight ----------------------------------------------------------------------------------------------------
+
+
+def preflight(plan: Plan) -> None:
+    """What only a real launch needs from this machine: devices, launch tools, rollout engines."""
+    problems: list[Problem] = []
+    hw = plan.tc["hardware"]
+    if hw["launcher"] == "local" and hw["device"] == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < hw["gpus_per_node"]:
+            problems.append(
+                Problem(
+                    f"hardware={hw['name']} needs {hw['gpus_per_node']} GPUs on this machine; it has {have}.",
+                    key="hardware",
+                    hint="run on a machine with them, choose hardware=cpu, or submit to a cluster "
+                    "(hardware.launcher=ray_job hardware.ray_address=http://HEAD:8265)",
+                )
+            )
+        engine = plan.value("actor_rollout_ref.rollout.name") if plan.comp.family == "ppo" else None
+        if engine in ("vllm", "sglang"):
+            import importlib.util
+
+            if importlib.util.find_spec(engine) is None:
+                problems.append(
+                    Problem(
+                        f"the rollout engine {engine} is not installed here.",
+                        key="hardware.rollout_engine",
+                        hint="pip install 'trainctl[gpu]' (vLLM; GPU machines only)",
+                    )
+                )
+    if plan.command().argv[0] == "torchrun" and hw["launcher"] == "local" and not shutil.which("torchrun"):
+        problems.append(Problem("torchrun is not on PATH.", hint="install torch in this environment"))
+    if problems:
+        raise ConfigProblems(problems)
+
+
+# -- resume -------------------------------------------------------------------------------------------------------
+
+
+def latest_verl_step(checkpoints: Path) -> int | None:
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    try:
+        return int(marker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def sft_steps_per_epoch(plan: Plan) -> int | None:
+    """What verl's SFT dataloader yields per epoch: DistributedSampler and batches both drop the remainder."""
+    rows = plan.rows("train")
+    if rows is None:
+        return None
+    limit = plan.value("data.train_max_samples")
+    if isinstance(limit, int) and limit > 0:
+        rows = min(rows, limit)
+    nodes, per_node = plan.value("trainer.nnodes"), plan.value("trainer.n_gpus_per_node")
+    dp = max(1, nodes * per_node // (plan.value("engine.ulysses_sequence_parallel_size") or 1))
+    per_rank_batch = plan.value("data.train_batch_size") // dp
+    return (rows // dp) // per_rank_batch if per_rank_batch else None
+
+
+def prepare_sft_resume(plan: Plan) -> tuple[str | None, bool]:
+    """Make verl's SFT resume train what it should. Returns (note, already finished).
+
+    verl 0.9.1 saves the dataloader's iterator with the checkpoint. Saved at the end of an epoch, that iterator is
+    exhausted; on resume verl moves to the next epoch, iterates the restored (exhausted) loader, finds nothing,
+    and silently skips that epoch (exiting 0). At an epoch boundary the saved iterator carries no information, so
+    trainctl sets it aside: the next epoch then starts from its beginning, with the epoch's own shuffle.
+    """
+    checkpoints = Path(plan.value("trainer.default_local_dir"))
+    step = latest_verl_step(checkpoints)
+    per_epoch = sft_steps_per_epoch(plan)
+    if step is None or not per_epoch:
+        return None, False
+    total = plan.value("trainer.total_training_steps") or per_epoch * plan.value("trainer.total_epochs")
+    if step >= total:
+        return f"the run is complete: step {step} of {total}.", True
+    if step % per_epoch:
+        return f"resuming at step {step} of {total} (mid-epoch: verl restores the dataloader position).", False
+    moved = []
+    for state in sorted((checkpoints / f"global_step_{step}").glob("data_*.pt")):
+        aside = state.with_name(state.name + ".epoch-end")
+        state.rename(aside)
+        moved.append(aside.name)
+    note = (
+        f"resuming at step {step}, the end of epoch {step // per_epoch}: verl 0.9.1 would skip the next epoch "
+        f"(it restores a finished dataloader), so its saved state was set aside ({', '.join(moved) or 'none'})."
+    )
+    return note, False
+
+
+def config_changes(plan: Plan, saved: Path) -> list[str]:
+    """Backend keys whose value differs from the saved config of the run being resumed."""
+    from omegaconf import OmegaConf
+
+    from trainctl.backends.base import flatten
+
+    if not saved.is_file():
+        return []
+    before = dict(flatten(OmegaConf.to_container(OmegaConf.load(saved), resolve=True)))
+    after = dict(flatten(OmegaConf.to_container(plan.cfg, resolve=True)))
+    keys = sorted(set(before) | set(after))
+    return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
+
+
+# -- launching ----------------------------------------------------------------------------------------------------
+
+
+def launch(
+    plan: Plan,
+    args: list[str],
+    resume: bool = False,
+    detach: bool = False,
+    echo: TextIO | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run a checked plan. `echo` receives the trainer's output; `notify` what trainctl decided on the way."""
+    echo = echo or sys.stdout
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        if notify:
+            notify(text)
+
+    run = RunDir(plan.run_dir)
+    if run.exists() and not resume:
+        state = run.status().get("state")
+        raise TrainctlError(
+            f"{relative(run.path)} already holds a run (state: {state}).",
+            hint=f"resume it: trainctl train --resume {relative(run.path)}; or start another: "
+            f"run.name={plan.tc['run']['name']}-2",
+        )
+    preflight(plan)
+    if resume:
+        changes = config_changes(plan, run.path / plan.backend.config_file)
+        if changes:
+            note("resuming with a config that differs from the saved one: " + "; ".join(changes[:8]))
+    if resume and plan.comp.family == "sft":
+        text, finished = prepare_sft_resume(plan)
+        if text:
+            note(text)
+        if finished:
+            return RunResult(run.path, "finished", 0, notes=notes)
+
+    run.write_config(plan, args)
+    attempt_n = len(run.status()["attempts"]) + 1
+    command = full_command(plan, attempt_n)
+    if resume and plan.backend.name == "trl-dpo":
+        command.argv.append("--resume")
+    run.write_command(plan, command, args)
+    hw = plan.tc["hardware"]
+    env = {**os.environ, **command.env}
+
+    if hw["launcher"] == "ray_job":
+        return _launch_job(plan, run, command, env, detach, echo, notes)
+
+    attempt = run.start_attempt(command)
+    outcome = Supervisor(command.argv, env, run.log_path(attempt), echo=echo, tail_lines=400).run()
+    if outcome.interrupted is not None:
+        state, code = "interrupted", EXIT_INTERRUPTED
+    elif outcome.exit_code == 0:
+        state, code = "finished", 0
+    else:
+        state, code = "failed", outcome.exit_code
+    run.finish_attempt(state, outcome.exit_code, seconds=round(outcome.seconds, 2))
+    tail = failure_excerpt(outcome.tail) if state == "failed" else outcome.tail[-20:]
+    return RunResult(run.path, state, code, seconds=outcome.seconds, tail=tail, notes=notes)
+
+
+def _launch_job(plan: Plan, run: RunDir, command: Command, env: dict, detach: bool, echo, notes) -> RunResult:
+    import shlex
+    import time
+
+    start = time.monotonic()
+    from trainctl.launch.secrets import secret_env
+
+    config_file = plan.backend.config_file
+    # the job's working dir holds the backend config; the shell expands $(pwd) there (Hydra wants an absolute path)
+    job_command = plan.backend.command(plan, config_dir="@PWD@")
+    entrypoint = shlex.join(job_command.argv).replace("@PWD@", '"$(pwd)"')  # '@' needs no shell quoting
+    job_env = {**command.env, **secret_env(env)}
+    job_env.pop("RAY_ADDRESS", None)
+    address = str(plan.tc["hardware"]["ray_address"])
+    job_id = ray_jobs.submit(
+        address, entrypoint, {config_file: run.path / config_file}, job_env, plan.tc["run"]["name"]
+    )
+    attempt = run.start_attempt(command, job_id=job_id, address=address)
+    if detach:
+        run.update_attempt(state="submitted")
+        return RunResult(run.path, "submitted", 0, job_id=job_id, notes=notes)
+    info = ray_jobs.follow(address, job_id, echo, run.log_path(attempt), env)
+    state = {"SUCCEEDED": "finished", "STOPPED": "interrupted"}.get(info.status, "failed")
+    code = {"finished": 0, "interrupted": EXIT_INTERRUPTED}.get(state, EXIT_RUN_FAILED)
+    seconds = time.monotonic() - start
+    run.finish_attempt(state, code, job_status=info.status, message=info.message, seconds=round(seconds, 2))
+    lines = run.log_path(attempt).read_text().splitlines()[-400:] if run.log_path(attempt).is_file() else []
+    tail = failure_excerpt(lines) if state == "failed" else lines[-20:]
+    return RunResult(run.path, state, code, seconds=seconds, job_id=job_id, tail=tail, notes=notes)

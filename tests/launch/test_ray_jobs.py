@@ -1,0 +1,134 @@
+"""Ray jobs for real: a Ray head started on 127.0.0.1 by the test (and stopped by PID, never `ray stop`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.launch.conftest import FAST_SFT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A one-node Ray cluster on loopback; its processes are stopped by PID when the module ends."""
+    home = tmp_path_factory.mktemp("rayhome")
+    # every service on its own free port: Ray's defaults (52365, 10001, ...) collide with any other cluster here
+    ports = {
+        "--port": _free_port(),
+        "--dashboard-port": _free_port(),
+        "--dashboard-agent-listen-port": _free_port(),
+        "--dashboard-agent-grpc-port": _free_port(),
+        "--runtime-env-agent-port": _free_port(),
+        "--metrics-export-port": _free_port(),
+        "--ray-client-server-port": _free_port(),
+        "--node-manager-port": _free_port(),
+        "--object-manager-port": _free_port(),
+    }
+    dashboard = ports["--dashboard-port"]
+    env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray = Path(sys.executable).parent / "ray"
+    flags = [f"{k}={v}" for k, v in ports.items()]
+    flags += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=4", "--disable-usage-stats"]
+    log = open(home / "ray-head.log", "w")  # noqa: SIM115 - closed when the fixture ends
+    proc = subprocess.Popen(
+        [str(ray), "start", "--head", "--block", *flags],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dashboard}"
+    deadline = time.monotonic() + 90
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{address}/api/version", timeout=2)
+            break
+        except OSError:
+            time.sleep(1)
+    else:
+        proc.kill()
+        raise RuntimeError("the Ray head did not come up")
+    family = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
+    yield {"address": address, "home": home}
+    family |= (
+        {p.pid for p in psutil.Process(proc.pid).children(recursive=True)} if psutil.pid_exists(proc.pid) else set()
+    )
+    os.killpg(proc.pid, signal.SIGTERM)
+    procs = [psutil.Process(p) for p in family if psutil.pid_exists(p)]
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for p in alive:
+        p.kill()
+    log.close()
+
+
+@pytest.fixture
+def cluster(ray_head, monkeypatch):
+    monkeypatch.setenv("HOME", str(ray_head["home"]))  # where the head keeps its auth token
+    return ray_head["address"]
+
+
+def _job(address: str) -> list[str]:
+    return ["hardware.launcher=ray_job", f"hardware.ray_address={address}"]
+
+
+def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path):
+    result = cli("train", *FAST_SFT, "run.max_steps=2", "run.name=rayjob", *_job(cluster))
+    assert result.exit_code == 0, result.output
+    assert "train/loss" in result.stdout, "the job's logs are streamed"
+    run = tmp_path / "work" / "runs" / "rayjob"
+    assert (run / "checkpoints" / "global_step_2").is_dir()
+    attempt = json.loads((run / "run.json").read_text())["attempts"][0]
+    assert attempt["job_status"] == "SUCCEEDED" and attempt["job_id"].startswith("trainctl-rayjob-")
+    listed = cli("jobs", "ls", "--address", cluster)
+    assert attempt["job_id"] in listed.stdout and "SUCCEEDED" in listed.stdout
+    status = cli("jobs", "status", attempt["job_id"], "--address", cluster)
+    assert status.stdout.startswith(f"{attempt['job_id']}: SUCCEEDED")
+
+
+def test_a_failing_job_reports_failed(cli, ready, cluster, tmp_path):
+    boom = tmp_path / "boom.py"
+    boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom in the job')\n")
+    result = cli(
+        "train",
+        *FAST_SFT,
+        "run.name=rayfail",
+        f"data.custom_cls.path={boom}",
+        "data.custom_cls.name=Boom",
+        *_job(cluster),
+    )
+    assert result.exit_code == 3, result.output
+    assert "RuntimeError: boom in the job" in result.stderr
+    attempt = json.loads((tmp_path / "work" / "runs" / "rayfail" / "run.json").read_text())["attempts"][0]
+    assert attempt["job_status"] == "FAILED"
+
+
+def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
+    submitted = cli("train", *FAST_SFT, "run.epochs=100", "run.name=raystop", "--detach", *_job(cluster))
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.split("Submitted Ray job ")[1].split(";")[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if "RUNNING" in cli("jobs", "status", job_id, "--address", cluster).stdout:
+            break
+        time.sleep(1)
+    stopped = cli("jobs", "stop", job_id, "--address", cluster)
+    assert stopped.exit_code == 0, stopped.output
+    assert stopped.stdout.strip() == f"{job_id}: STOPPED"

@@ -1,0 +1,91 @@
+"""SFT for real: verl's sft_trainer under torchrun on CPU, through trainctl's verl plugin."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.launch.conftest import FAST_SFT
+from trainctl.metrics import read_metrics, series
+
+
+def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready, tmp_path):
+    first = cli("train", *FAST_SFT)
+    assert first.exit_code == 0, first.output
+    run = tmp_path / "work" / "runs" / "quickstart"
+    assert (run / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
+    assert "Latest checkpoint: runs/quickstart/checkpoints/global_step_4" in first.stdout
+    losses = [v for _, v in series(read_metrics(run), "train/loss")]
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
+
+    # step 4 ends epoch 1: raw verl would now skip epoch 2 and exit 0 without training
+    second = cli("train", "--resume", "runs/quickstart", "run.epochs=2")
+    assert second.exit_code == 0, second.output
+    assert "the end of epoch 1: verl 0.9.1 would skip the next epoch" in second.stderr
+    assert (run / "checkpoints" / "global_step_8").is_dir()
+    steps = [s for s, _ in series(read_metrics(run), "train/loss")]
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
+    status = json.loads((run / "run.json").read_text())
+    assert [a["state"] for a in status["attempts"]] == ["finished", "finished"]
+
+    done = cli("train", "--resume", "runs/quickstart", "run.epochs=2")
+    assert done.exit_code == 0
+    assert "the run is complete: step 8 of 8" in done.stderr
+
+
+def test_sft_with_two_processes(cli, ready, tmp_path):
+    result = cli("train", *FAST_SFT, "hardware.gpus_per_node=2", "run.name=two")
+    assert result.exit_code == 0, result.output
+    step = tmp_path / "work" / "runs" / "two" / "checkpoints" / "global_step_4"
+    shards = sorted(p.name for p in step.glob("model_world_size_2_rank_*.pt"))
+    assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+    assert json.loads((step / "fsdp_config.json").read_text())["world_size"] == 2
+
+
+def test_run_folder_holds_config_command_lockfile_and_no_secrets(cli, ready, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secretvalue123456")
+    result = cli("train", *FAST_SFT, "run.max_steps=1", "run.name=files", "run.project=hf_secretvalue123456")
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "work" / "runs" / "files"
+    assert {"trainctl.yaml", "verl_sft.yaml", "command.sh", "lock.json", "run.json"} <= {p.name for p in run.iterdir()}
+    lock = json.loads((run / "lock.json").read_text())
+    assert {"trainctl", "verl", "torch", "transformers", "trl", "ray"} <= set(lock["packages"])
+    assert lock["python"]
+    backend = yaml.safe_load((run / "verl_sft.yaml").read_text())
+    assert backend["trainer"]["total_training_steps"] == 1
+    command = (run / "command.sh").read_text()
+    assert "-m verl.trainer.sft_trainer" in command and "export VERL_PLATFORM=cpu" in command
+    for f in [*run.rglob("*.yaml"), *run.rglob("*.json"), *run.rglob("*.sh"), *run.rglob("*.log")]:
+        assert "hf_secretvalue123456" not in f.read_text(errors="replace"), f
+    assert "hf_secretvalue123456" not in result.output
+
+
+def test_an_existing_run_is_not_overwritten(cli, ready, tmp_path):
+    (tmp_path / "work" / "runs" / "quickstart").mkdir(parents=True)
+    (tmp_path / "work" / "runs" / "quickstart" / "run.json").write_text('{"state": "finished", "attempts": []}')
+    result = cli("train", *FAST_SFT)
+    assert result.exit_code == 1
+    assert "Error: runs/quickstart already holds a run (state: finished)." in result.stderr
+    assert "Hint: resume it: trainctl train --resume runs/quickstart; or start another: run.name=quickstart-2" in (
+        result.stderr
+    )
+
+
+def test_a_failing_trainer_reports_its_exit_code_and_log_tail(cli, ready, tmp_path):
+    boom = tmp_path / "boom.py"
+    boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n")
+    result = cli("train", *FAST_SFT, "run.name=boom", f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom")
+    assert result.exit_code == 3, result.output
+    assert "Error: the trainer exited with code 1. Last lines of its log:" in result.stderr
+    assert "RuntimeError: boom: bad dataset" in result.stderr
+    assert "Hint: the whole log is in runs/boom/logs/" in result.stderr
+    status = json.loads((tmp_path / "work" / "runs" / "boom" / "run.json").read_text())
+    assert status["state"] == "failed" and status["attempts"][0]["exit_code"] == 1
+
+
+def test_missing_model_is_an_error_before_anything_starts(cli, arith_data, no_processes):
+    result = cli("train", *FAST_SFT)
+    assert result.exit_code == 1
+    assert "Hint: run: trainctl model init tiny" in result.stderr
+    assert not no_processes
