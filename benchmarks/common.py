@@ -28,12 +28,14 @@ class Row:
     target: str = ""
     ok: bool | None = None
     note: str = ""
+    # "speedup": baseline / trainctl (how much faster trainctl is); "overhead": trainctl / baseline
+    kind: str = "speedup"
 
     @property
     def ratio(self) -> float | None:
         if self.baseline_s is None or not self.trainctl_s:
             return None
-        return self.baseline_s / self.trainctl_s
+        return self.baseline_s / self.trainctl_s if self.kind == "speedup" else self.trainctl_s / self.baseline_s
 
 
 def run_once(argv: list[str], env: dict[str, str], cwd: Path, expect: int | None = None) -> float:
@@ -62,10 +64,10 @@ def report(bench: str, rows: list[Row]) -> None:
     (RESULTS / f"{bench}.json").write_text(json.dumps(payload, indent=2))
     width = max(len(r.name) for r in rows)
     print(f"\n{bench}")
-    print(f"  {'measurement':<{width}}  {'trainctl':>9}  {'baseline':>9}  {'ratio':>6}  target")
+    print(f"  {'measurement':<{width}}  {'trainctl':>9}  {'baseline':>9}  {'ratio':>7}  target")
     for r in rows:
         base = f"{r.baseline_s:8.2f}s" if r.baseline_s is not None else f"{'-':>9}"
-        ratio = f"{r.ratio:5.1f}x" if r.ratio is not None else f"{'-':>6}"
+        ratio = f"{r.ratio:6.3f}x" if r.ratio is not None else f"{'-':>7}"
         mark = "" if r.ok is None else ("  ok" if r.ok else "  MISSED")
         print(f"  {r.name:<{width}}  {r.trainctl_s:8.2f}s  {base}  {ratio}  {r.target}{mark}")
         if r.note:

@@ -122,8 +122,9 @@ def make_plan(
     plan.raise_for_errors()
     plan.numbers = family.numbers(plan)
     if native:
-        from trainctl.checks.native import BY_BACKEND
+        from trainctl.checks.native import validate
 
-        plan.problems += BY_BACKEND[plan.backend.name](plan)
+        # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
+        plan.problems += validate(plan, use_cache=launching)
         plan.raise_for_errors()
     return plan

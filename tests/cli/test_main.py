@@ -7,7 +7,24 @@ import sys
 
 import pytest
 
-COMMANDS = [[], ["train"], ["config"], ["config", "show"], ["config", "validate"], ["config", "groups"]]
+COMMANDS = [
+    [],
+    ["train"],
+    ["config"],
+    ["config", "show"],
+    ["config", "validate"],
+    ["config", "groups"],
+    ["doctor"],
+    ["jobs"],
+    ["jobs", "ls"],
+    ["jobs", "status"],
+    ["jobs", "logs"],
+    ["jobs", "stop"],
+    ["model"],
+    ["model", "init"],
+    ["data"],
+    ["data", "prep"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainctl")
@@ -17,7 +34,9 @@ def test_help_on_every_command(command, cli):
     assert "Usage: trainctl" in result.stdout
 
 
-@pytest.mark.parametrize("command", [["train"], ["config", "show"], ["config", "validate"]])
+@pytest.mark.parametrize(
+    "command", [["train"], ["config", "show"], ["config", "validate"], ["doctor"], ["model", "init"], ["data", "prep"]]
+)
 def test_commands_that_take_overrides_show_examples(command, cli):
     assert "Examples" in cli(*command, "--help").stdout
 
@@ -75,3 +94,15 @@ def test_completion_offers_groups_and_options():
     assert complete_overrides(None, "hardware=2") == ["hardware=2x8gpu"]
     assert "model=qwen3-8b" in complete_overrides(None, "model=qwen3")
     assert "run.epochs=" in complete_overrides(None, "run.ep")
+
+
+def test_shell_completion_through_the_real_protocol():
+    import os
+
+    def complete(words: str, cword: int) -> list[str]:
+        env = {**os.environ, "_TRAINCTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+        return subprocess.run(["trainctl"], env=env, capture_output=True, text=True).stdout.split()
+
+    assert complete("trainctl tr", 1) == ["train"]
+    assert complete("trainctl train algorithm=g", 2) == ["algorithm=grpo", "algorithm=gspo"]
+    assert "hardware=2x8gpu" in complete("trainctl config show hardware=", 3)

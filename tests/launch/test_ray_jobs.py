@@ -132,3 +132,18 @@ def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
     stopped = cli("jobs", "stop", job_id, "--address", cluster)
     assert stopped.exit_code == 0, stopped.output
     assert stopped.stdout.strip() == f"{job_id}: STOPPED"
+
+
+def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):
+    """DPO across 'machines': Ray Train's TorchTrainer with two workers, submitted as a Ray job."""
+    from tests.launch.conftest import FAST_DPO
+    from trainctl.metrics import read_metrics, series
+
+    result = cli("train", *FAST_DPO, "run.max_steps=8", "run.name=dporay", "hardware.gpus_per_node=2", *_job(cluster))
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "work" / "runs" / "dporay"
+    log = (run / "logs" / "attempt-1.log").read_text()
+    assert "world_rank=0" in log and "world_rank=1" in log, "two Ray Train workers"
+    assert (run / "checkpoints" / "checkpoint-8" / "model.safetensors").is_file()
+    losses = [v for _, v in series(read_metrics(run), "train/loss")]
+    assert len(losses) == 8 and losses[-1] < losses[0]

@@ -139,3 +139,40 @@ def _local_cuda() -> bool:
 
 
 BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft, "trl-dpo": trl_dpo}
+
+# Where a run's name puts its output: irrelevant to whether the backend accepts the config.
+_RUN_SPECIFIC = (
+    "trainer.default_local_dir",
+    "trainer.experiment_name",
+    "trainer.project_name",
+    "output_dir",
+    "run_name",
+)
+
+
+def _fingerprint(plan: Plan) -> str:
+    import hashlib
+    import importlib.metadata
+    import json
+
+    from trainctl.backends.base import flatten
+
+    tree = dict(flatten(OmegaConf.to_container(plan.cfg, resolve=True, throw_on_missing=False)))
+    for key in _RUN_SPECIFIC:
+        tree.pop(key, None)
+    versions = [importlib.metadata.version(p) for p in ("verl", "trl", "transformers")]
+    stamp = [plan.backend.name, versions, model_present(plan.tc["model"]["path"]), sorted(tree.items(), key=str)]
+    return hashlib.sha256(json.dumps(stamp, default=str).encode()).hexdigest()[:24]
+
+
+def validate(plan: Plan, use_cache: bool = True) -> list[Problem]:
+    """The backend's own validation; a config that passed it before (same content) is not validated again."""
+    from trainctl import paths
+
+    marker = paths.cache_dir() / "validated" / _fingerprint(plan)
+    if use_cache and marker.is_file():
+        return []
+    problems = BY_BACKEND[plan.backend.name](plan)
+    if not any(p.is_error for p in problems):
+        paths.atomic_write_text(marker, "")
+    return problems

@@ -26,6 +26,8 @@ from trainctl.launch.secrets import Redactor
 
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_SECONDS = 15.0
+# how often the process tree is sampled; what detaches (Ray's daemons) lives for the whole run
+WATCH_SECONDS = 2.0
 
 
 def become_subreaper() -> bool:
@@ -103,7 +105,7 @@ class Supervisor:
                     self._seen.add(p.pid)
             except psutil.Error:
                 pass
-            time.sleep(0.5)
+            time.sleep(WATCH_SECONDS)
 
     def _on_signal(self, signum, frame) -> None:
         if self._interrupted is None:
