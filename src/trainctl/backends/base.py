@@ -10,7 +10,9 @@ Every key of layers 2 and 3 is checked against the real key tree of layer 1 befo
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -32,6 +34,25 @@ class Number:
     label: str
     value: Any
     how: str = ""
+
+
+JOB_PYTHON = "python"  # in a Ray job: the interpreter on the PATH of the cluster's `ray start`
+
+
+def python_for(config_dir: str | None) -> str:
+    """This environment's interpreter for a local launch (the venv need not be activated); the cluster's for a job."""
+    return JOB_PYTHON if config_dir == JOB_CONFIG_DIR else sys.executable
+
+
+def torchrun_for(config_dir: str | None) -> list[str]:
+    if config_dir == JOB_CONFIG_DIR:
+        return ["torchrun"]
+    beside = Path(sys.executable).parent / "torchrun"
+    return [str(beside)] if beside.is_file() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+# the placeholder a Ray job's entrypoint uses for its working dir (expanded by the job's shell)
+JOB_CONFIG_DIR = "@PWD@"
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from trainctl import paths
-from trainctl.backends.base import Backend, Command
+from trainctl.backends.base import Backend, Command, python_for, torchrun_for
 
 if TYPE_CHECKING:
     from trainctl.plan import Plan
@@ -110,10 +110,11 @@ class TrlDPO(Backend):
         run_dir = config_dir or str(Path(plan.tc["run"]["dir"]).expanduser().resolve())
         hw = plan.tc["hardware"]
         if hw["launcher"] == "local":
-            launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}", "-m", ENTRY]
+            launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
+            launch += [f"--nproc_per_node={hw['gpus_per_node']}", "-m", ENTRY]
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
-            launch = ["python", "-m", ENTRY, "--ray"]
+            launch = [python_for(config_dir), "-m", ENTRY, "--ray"]
         env = {"RAY_ADDRESS": str(hw["ray_address"])} if hw["launcher"] == "ray_cluster" and hw["ray_address"] else {}
         return Command(
             argv=[*launch, "--config", f"{run_dir}/{self.config_file}"],

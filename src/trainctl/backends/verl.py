@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from trainctl import paths
 from trainctl.backends import verl_facts
-from trainctl.backends.base import Backend, Command, key_paths
+from trainctl.backends.base import Backend, Command, key_paths, python_for, torchrun_for
 from trainctl.errors import ConfigProblems, Problem
 
 if TYPE_CHECKING:
@@ -133,11 +133,12 @@ class VerlPPO(_Verl):
 
     def command(self, plan: Plan, config_dir: str | None = None) -> Command:
         # main_ppo starts (or joins) Ray itself
+        python = python_for(config_dir)
         return Command(
-            argv=["python", "-m", self.entry, *self.config_args(plan, config_dir)],
+            argv=[python, "-m", self.entry, *self.config_args(plan, config_dir)],
             env=self.env(plan),
             launcher=plan.tc["hardware"]["launcher"],
-            raw_argv=["python", "-m", self.entry, *self.raw_overrides(plan)],
+            raw_argv=[python, "-m", self.entry, *self.raw_overrides(plan)],
         )
 
 
@@ -161,11 +162,11 @@ class VerlSFT(_Verl):
         hw = plan.tc["hardware"]
         if hw["launcher"] == "local":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
-            launch = ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw['gpus_per_node']}"]
-            launch += ["-m", self.entry]
+            launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
+            launch += [f"--nproc_per_node={hw['gpus_per_node']}", "-m", self.entry]
         else:
             # on a Ray cluster: one controller sized by trainer.nnodes x n_gpus_per_node
-            launch = ["python", "-m", "verl.trainer.sft_trainer_ray"]
+            launch = [python_for(config_dir), "-m", "verl.trainer.sft_trainer_ray"]
         return Command(
             argv=[*launch, *self.config_args(plan, config_dir)],
             env=self.env(plan),

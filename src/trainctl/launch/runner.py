@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from trainctl.backends.base import Command
+from trainctl.backends.base import JOB_CONFIG_DIR, Command
 from trainctl.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ConfigProblems, Problem, TrainctlError
 from trainctl.launch import ray_jobs
 from trainctl.launch.process import Supervisor
@@ -114,8 +114,9 @@ def preflight(plan: Plan) -> None:
                         hint="pip install 'trainctl[gpu]' (vLLM; GPU machines only)",
                     )
                 )
-    if plan.command().argv[0] == "torchrun" and hw["launcher"] == "local" and not shutil.which("torchrun"):
-        problems.append(Problem("torchrun is not on PATH.", hint="install torch in this environment"))
+    launcher = plan.command().argv[0]
+    if hw["launcher"] == "local" and not (Path(launcher).is_file() or shutil.which(launcher)):
+        problems.append(Problem(f"{launcher} is not there.", hint="install torch in this environment (make install)"))
     if problems:
         raise ConfigProblems(problems)
 
@@ -263,8 +264,8 @@ def _launch_job(plan: Plan, run: RunDir, command: Command, env: dict, detach: bo
 
     config_file = plan.backend.config_file
     # the job's working dir holds the backend config; the shell expands $(pwd) there (Hydra wants an absolute path)
-    job_command = plan.backend.command(plan, config_dir="@PWD@")
-    entrypoint = shlex.join(job_command.argv).replace("@PWD@", '"$(pwd)"')  # '@' needs no shell quoting
+    job_command = plan.backend.command(plan, config_dir=JOB_CONFIG_DIR)
+    entrypoint = shlex.join(job_command.argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
     job_env = {**command.env, **secret_env(env)}
     job_env.pop("RAY_ADDRESS", None)
     address = str(plan.tc["hardware"]["ray_address"])
