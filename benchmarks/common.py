@@ -30,6 +30,8 @@ class Row:
     note: str = ""
     # "speedup": baseline / trainctl (how much faster trainctl is); "overhead": trainctl / baseline
     kind: str = "speedup"
+    # what trainctl_s and baseline_s measure (seconds unless said otherwise)
+    unit: str = "s"
 
     @property
     def ratio(self) -> float | None:
@@ -66,9 +68,10 @@ def report(bench: str, rows: list[Row]) -> None:
     print(f"\n{bench}")
     print(f"  {'measurement':<{width}}  {'trainctl':>9}  {'baseline':>9}  {'ratio':>7}  target")
     for r in rows:
-        base = f"{r.baseline_s:8.2f}s" if r.baseline_s is not None else f"{'-':>9}"
+        unit = "s" if r.unit == "s" else ""
+        base = f"{r.baseline_s:8.2f}{unit}" if r.baseline_s is not None else f"{'-':>9}"
         ratio = f"{r.ratio:6.3f}x" if r.ratio is not None else f"{'-':>7}"
         mark = "" if r.ok is None else ("  ok" if r.ok else "  MISSED")
-        print(f"  {r.name:<{width}}  {r.trainctl_s:8.2f}s  {base}  {ratio}  {r.target}{mark}")
+        print(f"  {r.name:<{width}}  {r.trainctl_s:8.2f}{unit}  {base}  {ratio}  {r.target}{mark}")
         if r.note:
             print(f"  {'':<{width}}  {r.note}")

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command, Number, get
-from trainctl.checks import dpo, environment, files, ppo, sft
+from trainctl.checks import data, dpo, environment, files, ppo, sft
 from trainctl.checks.values import check_values
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.overrides import parse
@@ -98,6 +98,19 @@ def parquet_rows(path: str | None) -> int | None:
         return None
 
 
+def resolve(overrides: list[str], search: SearchPath | None = None, launching: bool = False) -> Plan:
+    """Compose and translate, checking only that every key and value exists (no training checks)."""
+    search = search or SearchPath.default()
+    comp = compose(parse(overrides, search), search)
+    tc, problems = resolve_trainctl(comp)
+    if not problems:
+        problems += check_values(tc, comp)
+    plan = Plan(comp=comp, tc=tc, backend=backend_for(comp.family), launching=launching, problems=problems)
+    plan.raise_for_errors()
+    plan.built = plan.backend.build(comp, tc, plan.problems)
+    return plan
+
+
 def make_plan(
     overrides: list[str],
     search: SearchPath | None = None,
@@ -105,19 +118,11 @@ def make_plan(
     native: bool = True,
 ) -> Plan:
     """Compose, translate and check. Raises ConfigProblems listing every error found (warnings ride along)."""
-    search = search or SearchPath.default()
-    comp = compose(parse(overrides, search), search)
-    tc, problems = resolve_trainctl(comp)
-    if not problems:
-        problems += check_values(tc, comp)
-    plan = Plan(comp=comp, tc=tc, backend=backend_for(comp.family), launching=launching, problems=problems)
-    if plan.errors:
-        plan.raise_for_errors()
-
-    plan.built = plan.backend.build(comp, tc, plan.problems)
-    family = _FAMILY_CHECKS[comp.family]
+    plan = resolve(overrides, search, launching)
+    family = _FAMILY_CHECKS[plan.comp.family]
     plan.problems += family.checks(plan)
     plan.problems += files.checks(plan)
+    plan.problems += data.checks(plan)
     plan.problems += environment.checks(plan)
     plan.raise_for_errors()
     plan.numbers = family.numbers(plan)

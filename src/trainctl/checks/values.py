@@ -14,6 +14,7 @@ from trainctl.errors import Problem
 FIELDS: dict[str, tuple[str, Any]] = {
     "algorithm.family": ("str", ("sft", "dpo", "ppo")),
     "algorithm.data_format": ("str", ("rl", "sft", "dpo")),
+    "algorithm.reward_fn": ("str?", None),
     "model.path": ("str", None),
     "model.context_length": ("int", (1, None)),
     "model.params": ("float?", (1, None)),
@@ -50,6 +51,9 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "run.save_every": ("int?", (1, None)),
     "run.val_every": ("int?", (1, None)),
 }
+
+# keys a group option may leave out (only the PPO family reads algorithm.reward_fn)
+OPTIONAL = {"algorithm.reward_fn"}
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "list": list}
 _SAFE_NAME = re.compile(r"[\w.\-+=@]+")
@@ -97,6 +101,8 @@ def check_values(tc: dict, comp: Composition) -> list[Problem]:
     problems = []
     for key, (kind, rule) in FIELDS.items():
         value = _get(tc, key)
+        if value is KeyError and key in OPTIONAL:
+            continue
         if value is KeyError:
             problems.append(
                 Problem(

@@ -26,11 +26,11 @@ app = typer.Typer(
 @app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\
-[bold]Examples[/bold]
-
-  [cyan]trainctl config show algorithm=grpo model=qwen2.5-7b[/cyan]   the trainctl config, as YAML
-  [cyan]trainctl config show algorithm=grpo --backend[/cyan]           verl's whole ppo_trainer config
-  [cyan]trainctl config show recipe=quickstart --origin[/cyan]         each value with the file that set it
+\b
+Examples:
+  trainctl config show algorithm=grpo model=qwen2.5-7b   the trainctl config, as YAML
+  trainctl config show algorithm=grpo --backend          verl's whole ppo_trainer config
+  trainctl config show recipe=quickstart --origin        each value with the file that set it
 """,
 )
 def show(
@@ -83,10 +83,10 @@ def show(
 @app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\
-[bold]Examples[/bold]
-
-  [cyan]trainctl config validate algorithm=grpo model=qwen2.5-7b hardware=2x8gpu[/cyan]
-  [cyan]trainctl config validate recipe=dapo-math-qwen2.5-32b-4x8gpu && echo ok[/cyan]
+\b
+Examples:
+  trainctl config validate algorithm=grpo model=qwen2.5-7b hardware=2x8gpu
+  trainctl config validate recipe=dapo-math-qwen2.5-32b-4x8gpu && echo ok
 """,
 )
 def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDirs = None) -> None:
@@ -100,7 +100,14 @@ def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: Config
     typer.echo(f"OK: {plan.tc['algorithm']['name']} on {plan.backend.title} is valid.")
 
 
-@app.command()
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl config groups                        the built-in groups and options
+  trainctl config groups --config-dir ~/team    with your team's own options (searched first)
+"""
+)
 def groups(config_dir: ConfigDirs = None) -> None:
     """List every config group, its options, and what each one is."""
     from rich.table import Table

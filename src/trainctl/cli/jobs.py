@@ -32,9 +32,9 @@ def _address(address: str | None, hardware: str | None) -> str:
     if address:
         return address
     if hardware:
-        from trainctl.plan import make_plan
+        from trainctl.plan import resolve
 
-        found = make_plan([f"hardware={hardware}"], native=False).tc["hardware"].get("ray_address")
+        found = resolve([f"hardware={hardware}"]).tc["hardware"].get("ray_address")
         if found:
             return str(found)
     if os.environ.get("RAY_ADDRESS"):
@@ -49,7 +49,15 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-@app.command("ls")
+@app.command(
+    "ls",
+    epilog="""\
+\b
+Examples:
+  trainctl jobs ls --address http://10.0.0.1:8265
+  trainctl jobs ls --hardware 4x8gpu             the cluster that hardware option submits to
+""",
+)
 def ls(address: Address = None, hardware: Hardware = None) -> None:
     """List the cluster's jobs, newest first."""
     from rich.table import Table
@@ -66,7 +74,13 @@ def ls(address: Address = None, hardware: Hardware = None) -> None:
     stdout_console().print(table)
 
 
-@app.command()
+@app.command(
+    epilog="""\
+\b
+Example:
+  trainctl jobs status raysubmit_XyZ12 --hardware 4x8gpu
+"""
+)
 def status(
     job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
 ) -> None:
@@ -77,7 +91,13 @@ def status(
     typer.echo(f"{info.job_id}: {info.status}" + (f" ({info.message})" if info.message else ""))
 
 
-@app.command()
+@app.command(
+    epilog="""\
+\b
+Example:
+  trainctl jobs logs raysubmit_XyZ12 --follow
+"""
+)
 def logs(
     job_id: Annotated[str, typer.Argument(help="the job id")],
     follow: Annotated[
@@ -103,7 +123,13 @@ def logs(
         raise RunInterrupted(f"job {job_id} was stopped.")
 
 
-@app.command()
+@app.command(
+    epilog="""\
+\b
+Example:
+  trainctl jobs stop raysubmit_XyZ12 --address http://10.0.0.1:8265
+"""
+)
 def stop(
     job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
 ) -> None:

@@ -30,13 +30,13 @@ def init(
     """Build the tiny local model (tokenizer and random Qwen2 weights), the one the demo and the tests use."""
     from trainctl.errors import TrainctlError
     from trainctl.models.tiny import init_tiny
-    from trainctl.plan import make_plan
+    from trainctl.plan import resolve
 
     if name != "tiny":
         raise TrainctlError(
             f"only `tiny` is built locally; {name!r} comes from a hub.", hint=f"trainctl model pull {name}"
         )
-    target = out or Path(make_plan(["model=tiny"], native=False).tc["model"]["path"])
+    target = out or Path(resolve(["model=tiny"]).tc["model"]["path"])
     existed = (target / "config.json").is_file()
     path = init_tiny(target, force=force)
     typer.echo(f"{'Already there' if existed and not force else 'Built'}: tiny model at {path}")

@@ -6,6 +6,7 @@ Seeded and deterministic: the same rows on every machine, so tests and the demo 
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -42,13 +43,37 @@ class Problem:
         return f"{self.a} {self.op} {self.b} = {wrong_answer(self, rng)}"
 
 
-def problems(n: int, seed: int, split: str) -> Iterator[Problem]:
-    """n problems; the split salts the seed so train and test differ."""
-    rng = random.Random(f"{seed}-{split}")
-    for i in range(n):
+# the splits are cut, in this order, from one stream of distinct problems: no repeats, no test row seen in training
+SPLITS = ("train", "test")
+# problems reserved per split; the space holds ~20k distinct ones (a + b and a - b up to 99, a * b up to 12)
+SPLIT_ROOM = 8_000
+
+
+def _distinct(seed: int) -> Iterator[tuple[int, str, int]]:
+    rng = random.Random(seed)
+    seen: set[tuple[int, str, int]] = set()
+    while True:
         op = OPS[rng.randrange(len(OPS))]
         hi = 12 if op == "*" else 99
-        yield Problem(index=i, a=rng.randint(0, hi), op=op, b=rng.randint(0, hi))
+        p = (rng.randint(0, hi), op, rng.randint(0, hi))
+        if p not in seen:
+            seen.add(p)
+            yield p
+
+
+def problems(n: int, seed: int, split: str) -> Iterator[Problem]:
+    """n distinct problems of a split; train and test never share one (other splits draw their own)."""
+    if n > SPLIT_ROOM:
+        raise ValueError(f"arith has room for {SPLIT_ROOM} problems per split, not {n}")
+    if split in SPLITS:
+        stream = _distinct(seed)
+        for _ in range(SPLITS.index(split) * SPLIT_ROOM):
+            next(stream)
+    else:
+        stream = _distinct(zlib.crc32(f"{seed}-{split}".encode()))
+    for i in range(n):
+        a, op, b = next(stream)
+        yield Problem(index=i, a=a, op=op, b=b)
 
 
 def wrong_answer(p: Problem, rng: random.Random) -> int:
@@ -64,18 +89,25 @@ def corpus_lines(n: int = 400) -> list[str]:
     return lines
 
 
-def rows(fmt: str, split: str, n: int, seed: int) -> Iterator[dict]:
-    """Rows in one of the trainer formats (see trainctl.data.formats)."""
-    from trainctl.data.formats import dpo_row, rl_row, sft_row
+def examples(split: str, n: int, seed: int) -> Iterator[tuple]:
+    """(example, location, extra_info) for every problem: the answer for SFT and RL, a rejected one for DPO."""
+    from trainctl.data.shapes import Example
 
     rng = random.Random(f"{seed}-{split}-wrong")
     for p in problems(n, seed, split):
-        if fmt == "rl":
-            extra = {"split": split, "index": p.index, "question": p.question, "answer": p.solution()}
-            yield rl_row("openai/gsm8k", p.prompt, str(p.answer), ability="math", extra_info=extra)
-        elif fmt == "sft":
-            yield sft_row(p.prompt, p.solution())
-        elif fmt == "dpo":
-            yield dpo_row(p.prompt, p.solution(), p.rejected(rng))
-        else:
-            raise ValueError(fmt)
+        ex = Example(
+            prompt=[{"role": "user", "content": p.prompt}],
+            response=p.solution(),
+            chosen=[{"role": "assistant", "content": p.solution()}],
+            rejected=[{"role": "assistant", "content": p.rejected(rng)}],
+        )
+        yield ex, f"arith[{split}]:{p.index + 1}", {"question": p.question, "answer": p.solution()}
+
+
+def rows(fmt: str, split: str, n: int, seed: int) -> Iterator[dict]:
+    """Rows of one trainer format (see trainctl.data.convert)."""
+    from trainctl.data.convert import Target
+
+    target = Target(fmt=fmt, data_source="openai/gsm8k", ability="math", split=split)
+    for i, (ex, _, extra) in enumerate(examples(split, n, seed)):
+        yield target.row(ex, i, extra)

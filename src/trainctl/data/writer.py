@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 
 class ParquetWriter:
-    """Rows in, one parquet file out, in batches (memory stays bounded); the file appears only on close()."""
+    """Rows in, one parquet file out, in batches (memory stays bounded); the file appears only on close().
+
+    Encoding and compressing a batch (pyarrow, without the GIL) runs on a background thread while the caller
+    builds the next one; at most one batch is in flight.
+    """
 
     def __init__(self, path: Path, batch_rows: int = 10_000):
         self.path = Path(path)
@@ -16,6 +21,8 @@ class ParquetWriter:
         self.batch_rows = batch_rows
         self._rows: list[dict] = []
         self._writer = None
+        self._pool = None
+        self._pending = None
         self.count = 0
 
     def write(self, row: dict) -> None:
@@ -31,23 +38,44 @@ class ParquetWriter:
             return
         table = pa.Table.from_pylist(self._rows, schema=self._writer.schema if self._writer else None)
         if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(self.tmp, table.schema)
-        self._writer.write_table(table)
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="parquet-writer")
+        self._wait()
+        self._pending = self._pool.submit(self._writer.write_table, table)
         self.count += len(self._rows)
         self._rows = []
 
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _stop(self) -> None:
+        try:
+            self._wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+            if self._writer is not None:
+                self._writer.close()
+
     def close(self) -> Path:
-        self._flush()
-        if self._writer is None:
-            raise ValueError(f"no rows to write to {self.path}")
-        self._writer.close()
+        try:
+            self._flush()
+            if self._writer is None:
+                raise ValueError(f"no rows to write to {self.path}")
+        finally:
+            self._stop()
         os.replace(self.tmp, self.path)
         return self.path
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        # already failing: the caller's error is the one to report
+        with contextlib.suppress(Exception):
+            self._stop()
         self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> ParquetWriter:

@@ -1,0 +1,38 @@
+"""The cheap part of `trainctl data check`, run on every plan whose data files exist: schema, reward coverage,
+empty ground truths (from the parquet footer and two columns), and the custom reward function's signature."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainctl.errors import Problem
+
+if TYPE_CHECKING:
+    from trainctl.plan import Plan
+
+
+def reward_fn(plan: Plan) -> tuple[str | None, str | None, str]:
+    """The custom reward function a plan uses: (path, name, the key that set it)."""
+    if plan.backend.name != "verl-ppo":
+        return None, None, ""
+    path, name = plan.value("reward.custom_reward_function.path"), plan.value("reward.custom_reward_function.name")
+    key = next(
+        (f"{group}.reward_fn" for group in ("data", "algorithm") if plan.tc[group].get("reward_fn")),
+        "reward.custom_reward_function.path",
+    )
+    return path, name, key
+
+
+def checks(plan: Plan) -> list[Problem]:
+    from trainctl.data.check import quick_check
+    from trainctl.data.rewards import check_reward_fn
+
+    fmt = plan.tc["algorithm"]["data_format"]
+    path, name, key = reward_fn(plan)
+    problems = check_reward_fn(path, name, key) if path else []
+    for split_key in ("train_files", "val_files"):
+        f = plan.tc["data"].get(split_key)
+        if f and Path(f).expanduser().is_file() and Path(f).suffix == ".parquet":
+            problems += quick_check(Path(f), fmt, custom_reward=bool(path))
+    return problems
