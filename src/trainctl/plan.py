@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command, Number, get
-from trainctl.checks import data, dpo, environment, files, ppo, sft
+from trainctl.checks import data, dpo, environment, files, memory, ppo, sft
 from trainctl.checks.values import check_values
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.overrides import parse
@@ -124,6 +124,7 @@ def make_plan(
     plan.problems += files.checks(plan)
     plan.problems += data.checks(plan)
     plan.problems += environment.checks(plan)
+    plan.problems += memory.checks(plan)
     plan.raise_for_errors()
     plan.numbers = family.numbers(plan)
     if native:

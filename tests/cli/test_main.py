@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+# the console script beside this interpreter: CI does not put the virtual environment on PATH
+TRAINCTL = str(Path(sys.executable).parent / "trainctl")
 
 
 def _commands() -> list[list[str]]:
@@ -31,6 +35,7 @@ COMMANDS = _commands()
 def test_the_command_tree_is_the_documented_one():
     names = {" ".join(c) for c in COMMANDS}
     assert {"train", "config show", "data prep", "data convert", "data check", "data ls", "jobs ls"} <= names
+    assert {"model pull", "model ls", "model info", "model init", "model rm"} <= names
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainctl")
@@ -93,7 +98,7 @@ def test_config_errors_do_not_import_verl_or_torch():
 
 
 def test_console_script_is_installed():
-    proc = subprocess.run(["trainctl", "--version"], capture_output=True, text=True)
+    proc = subprocess.run([TRAINCTL, "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("trainctl ")
 
 
@@ -111,7 +116,7 @@ def test_shell_completion_through_the_real_protocol():
 
     def complete(words: str, cword: int) -> list[str]:
         env = {**os.environ, "_TRAINCTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
-        return subprocess.run(["trainctl"], env=env, capture_output=True, text=True).stdout.split()
+        return subprocess.run([TRAINCTL], env=env, capture_output=True, text=True).stdout.split()
 
     assert complete("trainctl tr", 1) == ["train"]
     assert complete("trainctl train algorithm=g", 2) == ["algorithm=grpo", "algorithm=gspo"]

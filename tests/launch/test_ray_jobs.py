@@ -17,10 +17,16 @@ import pytest
 from tests.launch.conftest import FAST_SFT
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are chosen, so no port is handed out twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +34,24 @@ def ray_head(tmp_path_factory):
     """A one-node Ray cluster on loopback; its processes are stopped by PID when the module ends."""
     home = tmp_path_factory.mktemp("rayhome")
     # every service on its own free port: Ray's defaults (52365, 10001, ...) collide with any other cluster here
-    ports = {
-        "--port": _free_port(),
-        "--dashboard-port": _free_port(),
-        "--dashboard-agent-listen-port": _free_port(),
-        "--dashboard-agent-grpc-port": _free_port(),
-        "--runtime-env-agent-port": _free_port(),
-        "--metrics-export-port": _free_port(),
-        "--ray-client-server-port": _free_port(),
-        "--node-manager-port": _free_port(),
-        "--object-manager-port": _free_port(),
-    }
+    names = [
+        "--port",
+        "--dashboard-port",
+        "--dashboard-agent-listen-port",
+        "--dashboard-agent-grpc-port",
+        "--runtime-env-agent-port",
+        "--metrics-export-port",
+        "--ray-client-server-port",
+        "--node-manager-port",
+        "--object-manager-port",
+    ]
+    ports = dict(zip(names, _free_ports(len(names)), strict=True))
     dashboard = ports["--dashboard-port"]
     env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
     ray = Path(sys.executable).parent / "ray"
+    # a job runs `python` from the PATH its cluster was started with: as a user would, start it inside the venv
+    env["PATH"] = f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
     flags = [f"{k}={v}" for k, v in ports.items()]
     flags += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=4", "--disable-usage-stats"]
     log = open(home / "ray-head.log", "w")  # noqa: SIM115 - closed when the fixture ends
@@ -57,7 +66,7 @@ def ray_head(tmp_path_factory):
     deadline = time.monotonic() + 90
     import urllib.request
 
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             urllib.request.urlopen(f"{address}/api/version", timeout=2)
             break
@@ -65,7 +74,7 @@ def ray_head(tmp_path_factory):
             time.sleep(1)
     else:
         proc.kill()
-        raise RuntimeError("the Ray head did not come up")
+        raise RuntimeError(f"the Ray head did not come up; its log: {home / 'ray-head.log'}")
     family = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
     yield {"address": address, "home": home}
     family |= (

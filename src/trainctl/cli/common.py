@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -101,27 +102,36 @@ def render_warnings(warnings: list[Problem]) -> None:
 
 
 def render_error(e: TrainctlError) -> None:
+    """Error:/Hint: lines on stderr; a secret from the environment never reaches them (a hub's message may quote
+    a URL or header that carries one)."""
+    from trainctl.launch.secrets import Redactor
+
+    redact = Redactor().text
+
+    def say(line: str) -> None:
+        typer.echo(redact(line), err=True)
+
     if isinstance(e, ConfigProblems):
         render_warnings(e.warnings)
         if len(e.problems) == 1:
             p = e.problems[0]
-            typer.echo(f"Error: {p.message}", err=True)
+            say(f"Error: {p.message}")
             for d in p.details:
-                typer.echo(f"  {d}", err=True)
+                say(f"  {d}")
             if p.hint:
-                typer.echo(f"Hint: {p.hint}", err=True)
+                say(f"Hint: {p.hint}")
             return
-        typer.echo(f"Error: {e.message}:", err=True)
+        say(f"Error: {e.message}:")
         for i, p in enumerate(e.problems, 1):
-            typer.echo(f"  {i}. {p.message}", err=True)
+            say(f"  {i}. {p.message}")
             for line in _problem_lines(p, "     "):
-                typer.echo(line, err=True)
+                say(line)
         return
-    typer.echo(f"Error: {e.message}", err=True)
+    say(f"Error: {e.message}")
     for d in e.details:
-        typer.echo(f"  {d}", err=True)
+        say(f"  {d}")
     if e.hint:
-        typer.echo(f"Hint: {e.hint}", err=True)
+        say(f"Hint: {e.hint}")
 
 
 def debug() -> bool:
@@ -134,3 +144,25 @@ def stdout_console():
 
     width = None if sys.stdout.isatty() else 10_000
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
+
+
+@contextlib.contextmanager
+def byte_progress(label: str):
+    """A bytes progress bar on a terminal: progress(n) advances it, progress(0, total=N) sets its total."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = [TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def progress(n: int, total: int | None = None) -> None:
+            if total is not None:
+                bar.update(task, total=total)
+            if n:
+                bar.advance(task, n)
+
+        yield progress

@@ -1,15 +1,232 @@
-"""`trainctl model ...`: the models the `model` group names."""
+"""`trainctl model ...`: the models the `model` group names: pull, list, inspect, build the tiny one, remove."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, byte_progress, reject_option_typos
+
 app = typer.Typer(
-    help="Models: build the tiny local model, pull from the hubs, inspect.", no_args_is_help=True, rich_markup_mode=None
+    help="Models: pull from Hugging Face or ModelScope, list, inspect (with a memory estimate), build the tiny one.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
+
+
+def _err(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+@contextlib.contextmanager
+def _exit_at_once_on_ctrl_c():
+    """Ctrl-C stops a pull now. A KeyboardInterrupt would first wait for the hub client's download threads (each
+    retrying a stalled connection for minutes); what they wrote is kept, and the next run resumes from it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        os.write(2, b"\nInterrupted: run the same command again to resume.\n")
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl model pull qwen2.5-7b                        to where model=qwen2.5-7b reads it
+  trainctl model pull qwen2.5-7b --source modelscope    from ModelScope
+  trainctl model pull Qwen/Qwen3-8B --revision main     any repository id
+  trainctl model pull llama3-8b-instruct --dry-run      what would be downloaded, and how much
+  HF_ENDPOINT=https://hf-mirror.com trainctl model pull qwen3-8b
+\b
+Takes safetensors weights, config, tokenizer and chat template; not the same weights again as .bin, .pth,
+.gguf or original/ (--include GLOB to take them). Run it again to resume an interrupted pull.
+HF_TOKEN (or `hf auth login`) for gated models; it is never printed or saved.
+"""
+)
+def pull(
+    name: Annotated[str, typer.Argument(help="a model option (qwen2.5-7b) or a repository id (Qwen/Qwen2.5-7B)")],
+    source: Annotated[
+        str, typer.Option("--source", help="hf, modelscope, or auto (the hub, else ModelScope when it is unreachable)")
+    ] = "auto",
+    revision: Annotated[str | None, typer.Option("--revision", help="a branch, tag or commit")] = None,
+    dir: Annotated[Path | None, typer.Option("--dir", help="where to put it (default: the option's path)")] = None,
+    include: Annotated[
+        list[str] | None, typer.Option("--include", help="also take files matching this glob (repeatable)")
+    ] = None,
+    checksum: Annotated[
+        bool, typer.Option("--checksum", help="also compare every weight file's sha256 with the hub's")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be downloaded; download nothing")] = False,
+) -> None:
+    """Download a model into the folder its name points at, then verify it."""
+    from trainctl.models.pull import human
+    from trainctl.models.pull import pull as run
+
+    if not sys.stderr.isatty():
+        # the hub clients' progress bars are for terminals; in a log they are noise (tqdm reads TQDM_DISABLE
+        # when it is first imported, for modelscope's bars)
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    with _exit_at_once_on_ctrl_c(), byte_progress("pulling") as progress:
+        result = run(name, source, revision, dir, include or [], dry_run, checksum, status=_err, progress=progress)
+    where = f"{result.repo} @ {result.commit[:12]} from {result.source} ({result.endpoint})"
+    if dry_run:
+        typer.echo(f"Would download {where} into {result.ref.path}:")
+        for f in result.files:
+            typer.echo(f"  {f.path:<48} {human(f.size):>10}")
+        typer.echo(f"{len(result.files)} files, {human(result.total)}; {human(result.to_download)} not yet here.")
+        return
+    typer.echo(f"Pulled {where}: {len(result.files)} files, {human(result.total)}, verified, into {result.ref.path}")
+    if result.ref.option:
+        typer.echo(f"Train on it: trainctl train model={result.ref.name} ...")
+    else:
+        typer.echo(f"Train on it: trainctl train model.path={result.ref.path} ...")
+
+
+@app.command(
+    "ls",
+    epilog="""\
+\b
+Example:
+  trainctl model ls      every model option, and every model folder under ~/.trainctl/models
+""",
+)
+def ls() -> None:
+    """The models trainctl knows: where each lives, its size on disk, whether it is whole, its revision."""
+    from rich.table import Table
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.models.catalog import catalog
+    from trainctl.models.pull import human
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("model", "repository", "on disk", "size", "revision", "path"):
+        table.add_column(col)
+    for e in catalog():
+        d = e.disk
+        state = "-" if not d.exists else ("complete" if d.complete else f"incomplete: {d.problem}")
+        commit = d.manifest.get("commit") or ""
+        rev = f"{d.manifest.get('revision', '')} {commit[:8]}".strip() if commit else "-"
+        table.add_row(e.name, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
+    stdout_console().print(table)
+
+
+@app.command(
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+\b
+Examples:
+  trainctl model info qwen2.5-7b                                 the model, and training it as configured
+  trainctl model info qwen2.5-7b algorithm=grpo hardware=8gpu    GRPO on one 8-GPU node
+  trainctl model info ~/models/my-model hardware=1gpu algorithm=sft
+""",
+)
+def info(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="a model option, a repository id, or a model folder")],
+    overrides: Overrides = None,
+    explain: Annotated[bool, typer.Option("--explain", help="also print how the estimate is computed")] = False,
+) -> None:
+    """What a model is, and the memory training it takes per GPU (with what to change when it does not fit).
+
+    The estimate uses the run's own config: add the groups and settings you would pass to `trainctl train`.
+    """
+    from rich.table import Table
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.models.catalog import resolve_ref
+    from trainctl.models.info import model_info
+    from trainctl.models.memory import GiB, count, estimate, fixes, setup_from_plan, size
+    from trainctl.models.pull import human
+    from trainctl.plan import resolve
+
+    words = [*(overrides or []), *ctx.args]
+    reject_option_typos(ctx, words)
+    m = model_info(name)
+    ref = resolve_ref(name)
+    model_words = [f"model={ref.name}"] if ref.option else [f"model.path={m.path}"]
+    plan = resolve([*model_words, *words])
+
+    console = stdout_console()
+    t = Table(box=None, show_header=False, pad_edge=False)
+    t.add_row("model", m.name)
+    t.add_row(
+        "path",
+        f"{m.path} ({'complete' if m.complete else 'incomplete'}, {human(m.size_bytes)})"
+        if m.on_disk
+        else f"{m.path} (not pulled)",
+    )
+    t.add_row("architecture", m.architecture)
+    t.add_row("parameters", f"{m.params:,} ({count(m.params)}; {m.params_how})")
+    t.add_row("dtype", m.dtype or "unknown until pulled")
+    t.add_row(
+        "shape",
+        f"{m.layers} layers, hidden {m.hidden_size}, {m.heads} heads ({m.kv_heads} KV), MLP {m.intermediate_size}, "
+        f"vocab {m.vocab_size:,}{', tied embeddings' if m.tie_embeddings else ''}",
+    )
+    t.add_row("context length", str(m.context_length or "?"))
+    t.add_row(
+        "chat template", "unknown until pulled" if m.chat_template is None else ("yes" if m.chat_template else "no")
+    )
+    console.print(t)
+
+    s = setup_from_plan(plan)
+    e = estimate(m, s)
+    hw = plan.tc["hardware"]
+    unit = "GPU" if s.device == "cuda" else "process"
+    what = f"{plan.tc['algorithm']['name']} on hardware={hw['name']} ({s.world} {unit}{'s' if s.world > 1 else ''})"
+    budget = f"{s.budget / GiB:.0f} GiB" if s.budget else "unknown (hardware.gpu_memory_gb is null)"
+    console.print(f"\nMemory per {unit}, training {what}; budget {budget}:")
+    m_table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("phase", "part", "memory", "how"):
+        m_table.add_column(col, justify="right" if col == "memory" else "left")
+    for phase, parts, total in (("training", e.train, e.train_total), ("rollout", e.rollout, e.rollout_total)):
+        for p in parts:
+            m_table.add_row(phase, p.what, size(p.bytes), p.how)
+            phase = ""
+        if parts:
+            m_table.add_row("", "total", size(total), "")
+    console.print(m_table)
+    for problem in e.problems:
+        console.print(f"Problem: {problem}.")
+    if e.fits is None:
+        console.print(f"Peak {size(e.peak)} per device.")
+    elif e.fits:
+        console.print(f"Fits: peak {size(e.peak)} of {budget}.")
+    else:
+        console.print(f"Does not fit: peak {size(e.peak)} of {budget}.")
+        found = fixes(m, s)
+        if found:
+            console.print("Changes that make it fit:")
+            for f in found:
+                console.print(f"  {f.text:<72} -> {size(f.estimate.peak)}")
+        else:
+            console.print("No change trainctl knows of makes it fit: use more GPUs or GPUs with more memory.")
+    if explain:
+        import trainctl.models.memory as memory
+
+        console.print("\n" + (memory.__doc__ or "").strip(), markup=False, highlight=False)
+    else:
+        console.print("An upper bound (every sequence at full length); --explain says how it is computed.")
 
 
 @app.command(
@@ -40,3 +257,32 @@ def init(
     existed = (target / "config.json").is_file()
     path = init_tiny(target, force=force)
     typer.echo(f"{'Already there' if existed and not force else 'Built'}: tiny model at {path}")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl model rm qwen2.5-7b           asks first
+  trainctl model rm Qwen/Qwen3-8B --yes
+"""
+)
+def rm(
+    name: Annotated[str, typer.Argument(help="a model option or a repository id that was pulled")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+) -> None:
+    """Remove a pulled model's folder."""
+    from trainctl.errors import TrainctlError, UsageError
+    from trainctl.models.catalog import folder_size, resolve_ref
+    from trainctl.models.pull import human, remove
+
+    ref = resolve_ref(name)
+    if not ref.path.exists():
+        raise TrainctlError(f"{ref.label} is not on disk ({ref.path}).", hint="trainctl model ls")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"removing {ref.path} needs a yes: pass --yes (stdin is not a terminal).")
+        if not typer.confirm(f"Remove {ref.path} ({human(folder_size(ref.path))})?", default=False):
+            typer.echo("Kept.")
+            return
+    typer.echo(f"Removed {remove(name)}")
