@@ -15,14 +15,12 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
-from common import VENV_BIN, Row, report, reps
+from common import VENV_BIN, Row, report, reps, timed_rss
 
 TRAINCTL = str(VENV_BIN / "trainctl")
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -81,17 +79,6 @@ def write_input(path: Path, n: int) -> None:
             total = a + b * c
             answer = f"It buys {b} * {c} = <<{b}*{c}={b * c}>>{b * c} apples.\n{a} + {b * c} = {total}\n#### {total}"
             fh.write(json.dumps({"question": question, "answer": answer}) + "\n")
-
-
-def timed_rss(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one command, measured by GNU time -v."""
-    t = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *argv], env=env, cwd=cwd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[:4]} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
-    line = next(ln for ln in proc.stderr.splitlines() if "Maximum resident set size" in ln)
-    return wall, int(line.rsplit(":", 1)[1]) / 1024
 
 
 def same_rows(a: Path, b: Path, sample: int = 1000) -> bool:

@@ -75,3 +75,14 @@ def report(bench: str, rows: list[Row]) -> None:
         print(f"  {r.name:<{width}}  {r.trainctl_s:8.2f}{unit}  {base}  {ratio}  {r.target}{mark}")
         if r.note:
             print(f"  {'':<{width}}  {r.note}")
+
+
+def timed_rss(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one command, measured by GNU time -v."""
+    t = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-v", *argv], env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+    line = next(ln for ln in proc.stderr.splitlines() if "Maximum resident set size" in ln)
+    return wall, int(line.rsplit(":", 1)[1]) / 1024

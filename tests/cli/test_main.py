@@ -36,6 +36,7 @@ def test_the_command_tree_is_the_documented_one():
     names = {" ".join(c) for c in COMMANDS}
     assert {"train", "config show", "data prep", "data convert", "data check", "data ls", "jobs ls"} <= names
     assert {"model pull", "model ls", "model info", "model init", "model rm"} <= names
+    assert {"ckpt ls", "ckpt show", "ckpt merge", "ckpt best", "ckpt prune"} <= names
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainctl")

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from trainctl import __version__
+from trainctl.cli import ckpt as ckpt_cmd
 from trainctl.cli import config as config_cmd
 from trainctl.cli import data as data_cmd
 from trainctl.cli import jobs as jobs_cmd
@@ -31,6 +32,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(jobs_cmd.app, name="jobs")
+app.add_typer(ckpt_cmd.app, name="ckpt")
 app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\

@@ -1,0 +1,249 @@
+"""`trainctl ckpt ...`: list, inspect, merge, rank and prune checkpoints of verl, TRL and ART runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainctl.cli.common import byte_progress
+
+app = typer.Typer(
+    help="Checkpoints: list, inspect and merge them into plain Hugging Face models; pick the best, prune the rest.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+_Target = Annotated[Path, typer.Argument(help="a run folder (runs/NAME), a checkpoints folder, or one checkpoint")]
+
+
+def _size(n: int) -> str:
+    from trainctl.models.pull import human
+
+    return human(n)
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _shown_metrics(metrics: dict, wanted: list[str]) -> str:
+    keys = (
+        wanted
+        or [
+            k
+            for k in (
+                "train/loss",
+                "val/loss",
+                "critic/score/mean",
+                "actor/pg_loss",
+                "train/rewards/accuracies",
+                "loss",
+                "eval_loss",
+                "reward",
+            )
+            if k in metrics
+        ][:3]
+    )
+    return "  ".join(f"{k}={_fmt(metrics[k])}" for k in keys if k in metrics)
+
+
+@app.command(
+    "ls",
+    epilog="""\
+\b
+Examples:
+  trainctl ckpt ls runs/quickstart                  a trainctl run: steps with their logged metrics
+  trainctl ckpt ls runs/grpo/checkpoints            verl's global_step_N folders
+  trainctl ckpt ls out/dpo                          TRL's checkpoint-N folders
+  trainctl ckpt ls .art/proj/models/agent-001       ART's checkpoints/NNNN adapters
+  trainctl ckpt ls runs/quickstart -m val/loss      show these metrics
+""",
+)
+def ls(
+    target: _Target,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="a metric to show (repeatable)")] = None,
+) -> None:
+    """One row per checkpoint: layout, step, world size, what it holds, LoRA, size, metrics, and which is latest."""
+    from rich.table import Table
+
+    from trainctl.ckpt.layout import list_checkpoints
+    from trainctl.cli.common import stdout_console
+
+    listing = list_checkpoints(target)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("step", "layout", "world", "holds", "lora r/alpha", "size", "metrics", "path"):
+        table.add_column(col, justify="right" if col in ("step", "size") else "left")
+    for c in listing.checkpoints:
+        part = c.part()
+        world = "-"
+        if part.world_size:
+            world = f"{part.world_size}" + (f" (FSDP{part.fsdp_version})" if part.fsdp_version else "")
+        holds = "; ".join(f"{p.name}: {'+'.join(p.holds)}" if len(c.parts) > 1 else "+".join(p.holds) for p in c.parts)
+        lora = f"{part.lora[0]}/{part.lora[1]:g}" if part.lora else "-"
+        step = ("" if c.step is None else str(c.step)) + (" *" if c.latest else "")
+        table.add_row(
+            step, c.layout, world, holds, lora, _size(c.size), _shown_metrics(c.metrics, metric or []), str(c.path)
+        )
+    console = stdout_console()
+    console.print(table)
+    if len(listing.checkpoints) > 1:
+        src = f"; metrics from {listing.metrics_source}" if listing.metrics_source else ""
+        console.print(f"{len(listing.checkpoints)} checkpoints, * = latest{src}")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl ckpt show runs/quickstart                           the latest checkpoint of a run
+  trainctl ckpt show runs/quickstart/checkpoints/global_step_8
+  trainctl ckpt show out/dpo/checkpoint-16
+""",
+)
+def show(target: _Target) -> None:
+    """What a checkpoint holds: saved config, tokenizer and chat template, tensors, dtypes and parameter count.
+    Reads headers and memory-mapped, weights-only loads: never unpickles code, never reads the tensors' data."""
+    from trainctl.ckpt.inspect import details
+    from trainctl.models.memory import count
+
+    d = details(target)
+    c = d.checkpoint
+    typer.echo(f"{c.path}")
+    typer.echo(f"  layout      {c.layout}" + (f", step {c.step}" if c.step is not None else ""))
+    typer.echo(f"  size        {_size(c.size)}")
+    shown = [f"{k}={_fmt(v)}" for k, v in sorted(c.metrics.items()) if not k.startswith("perf/")]
+    if shown:
+        typer.echo(f"  metrics     {', '.join(shown)}")
+    for p in d.parts:
+        typer.echo(f"{p.part.name} ({p.part.kind}) at {p.part.path}")
+        if p.part.world_size:
+            version = f", FSDP{p.part.fsdp_version}" if p.part.fsdp_version else ""
+            typer.echo(f"  world size  {p.part.world_size}{version}")
+        typer.echo(f"  holds       {', '.join(p.part.holds)}")
+        if p.config:
+            arch = (p.config.get("architectures") or ["?"])[0]
+            dims = ", ".join(
+                f"{k}={p.config[k]}" for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k in p.config
+            )
+            typer.echo(f"  config      {p.config_path} ({arch}; {dims})")
+        else:
+            typer.echo("  config      none")
+        if p.base_model:
+            typer.echo(f"  base model  {p.base_model}")
+        if p.part.lora:
+            typer.echo(f"  lora        r={p.part.lora[0]}, alpha={p.part.lora[1]:g}, {p.lora_tensors} tensors")
+        typer.echo(
+            f"  tokenizer   {'yes' if p.tokenizer else 'no'}; chat template {'yes' if p.chat_template else 'no'}"
+        )
+        dtypes = ", ".join(f"{k} x{v}" for k, v in sorted(p.dtypes.items()))
+        typer.echo(f"  tensors     {p.tensors} ({dtypes}); {count(p.params)} parameters")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl ckpt merge runs/quickstart                          the latest step, beside it as global_step_N-hf
+  trainctl ckpt merge runs/grpo --out models/grpo-step20 --dtype bf16
+  trainctl ckpt merge runs/grpo --part critic                  the critic of a PPO run
+  trainctl ckpt merge out/dpo-lora/checkpoint-16               a PEFT adapter folded into its base model
+  trainctl ckpt merge .art/p/models/a/checkpoints/0012 --base ~/models/Qwen2.5-7B
+  trainctl ckpt merge runs/quickstart --dry-run                what would be written, and where
+""",
+)
+def merge(
+    target: _Target,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="output folder (default: beside the step)")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="auto keeps the trained dtype; or bf16, fp16, fp32")] = "auto",
+    base: Annotated[
+        str | None, typer.Option("--base", help="an adapter's base model: a folder, model option or repo id")
+    ] = None,
+    part: Annotated[str | None, typer.Option("--part", help="actor (default) or critic, for PPO checkpoints")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing --out folder")] = False,
+    max_shard_size: Annotated[
+        float, typer.Option("--max-shard-size", help="GB per safetensors file; larger models get an index")
+    ] = 5.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="check everything and say what would be written")] = False,
+) -> None:
+    """Merge a checkpoint into a Hugging Face safetensors model: FSDP shards joined, LoRA folded into its base,
+    tokenizer and chat template copied; the output is read back and verified before it is renamed into place."""
+    from trainctl.ckpt.merge import merge as run_merge
+    from trainctl.ckpt.merge import plan_merge
+    from trainctl.models.memory import count
+
+    prepared = plan_merge(target, out, dtype, base, part, force)
+    plan = prepared[0]
+    what = f"{plan.part.name} of {plan.checkpoint.path}"
+    typer.echo(f"Merging {what} ({plan.checkpoint.layout}, step {plan.checkpoint.step})", err=True)
+    if plan.base:
+        r, alpha = plan.lora or (0, 0)
+        typer.echo(f"  LoRA r={r} alpha={alpha:g} folded into {plan.base}", err=True)
+    for note in plan.notes:
+        typer.echo(f"  {note}", err=True)
+    summary = f"{plan.tensors} tensors, {count(plan.params)} parameters, {_size(plan.bytes)} as {plan.dtype}"
+    if dry_run:
+        typer.echo(f"Would write {plan.out}: {summary}")
+        return
+    with byte_progress("merging") as progress:
+        result = run_merge(target, max_shard_bytes=int(max_shard_size * 1e9), progress=progress, prepared=prepared)
+    extra = f"; LoRA changed {result.changed_by_lora} tensors" if result.changed_by_lora else ""
+    typer.echo(f"Wrote {plan.out}: {summary}, {len(result.files)} file(s), verified{extra} ({result.seconds:.1f} s)")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl ckpt best runs/quickstart --metric val/loss         lowest val/loss (losses are minimised)
+  trainctl ckpt best runs/grpo --metric critic/score/mean      highest mean reward (others are maximised)
+  trainctl ckpt best out/dpo --metric eval_loss --mode min
+""",
+)
+def best(
+    target: _Target,
+    metric: Annotated[str, typer.Option("--metric", "-m", help="a metric logged at checkpoint steps")],
+    mode: Annotated[str | None, typer.Option("--mode", help="min or max (default: min for losses, else max)")] = None,
+) -> None:
+    """The checkpoint with the best value of a logged metric; prints its path (for scripts) on stdout."""
+    from trainctl.ckpt.layout import list_checkpoints
+    from trainctl.ckpt.select import best as pick
+
+    ckpt, value, used = pick(list_checkpoints(target), metric, mode)
+    typer.echo(f"best {metric} ({used}) = {value:.6g} at step {ckpt.step}", err=True)
+    typer.echo(str(ckpt.path))
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl ckpt prune runs/grpo --keep-last 2                              shows what would go
+  trainctl ckpt prune runs/grpo --keep-last 2 --keep-best val/loss --yes   deletes
+The latest checkpoint and the best one are never deleted.
+""",
+)
+def prune(
+    target: _Target,
+    keep_last: Annotated[int, typer.Option("--keep-last", help="keep the newest N checkpoints")],
+    keep_best: Annotated[str | None, typer.Option("--keep-best", help="also keep the best by this metric")] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="min or max for --keep-best")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="delete (without it, only show)")] = False,
+) -> None:
+    """Delete old checkpoints, keeping the newest N, the latest and the best. Shows the plan unless --yes."""
+    from trainctl.ckpt.select import apply_prune, plan_prune
+
+    plan = plan_prune(target, keep_last, keep_best, mode)
+    for c, why in plan.keep:
+        typer.echo(f"keep    {c.path}  ({why})")
+    for c in plan.delete:
+        typer.echo(f"{'delete' if yes else 'would delete'}  {c.path}  ({_size(c.size)})")
+    if not plan.delete:
+        typer.echo("Nothing to delete.")
+        return
+    if not yes:
+        typer.echo(f"Would free {_size(plan.freed)}. Run again with --yes to delete.", err=True)
+        return
+    apply_prune(plan)
+    typer.echo(f"Deleted {len(plan.delete)} checkpoint(s), freed {_size(plan.freed)}.")

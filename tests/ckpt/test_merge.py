@@ -1,0 +1,191 @@
+"""`ckpt merge` on real checkpoints: FSDP shards at world size 1 and 2, TRL full and LoRA, ART adapters.
+Every output is reloaded with transformers, compared with what was trained, and used to generate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.ckpt.conftest import make_adapter
+
+
+def _load(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+def _generates(folder) -> str:
+    model, tok = _load(folder)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tok(prompt, return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=6, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+    return tok.decode(out[0])
+
+
+def _full_from_shards(step, world):
+    import torch.distributed.tensor
+
+    parts = [torch.load(step / f"model_world_size_{world}_rank_{r}.pt", weights_only=True) for r in range(world)]
+    full = {}
+    for k, t in parts[0].items():
+        if hasattr(t, "_local_tensor"):
+            full[k] = torch.cat([p[k]._local_tensor for p in parts], dim=0)
+        else:
+            full[k] = t
+    return full
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_merge_fsdp_shards(world, cli, sft_runs, tmp_path):
+    out = tmp_path / "merged"
+    result = cli("ckpt", "merge", str(sft_runs[world]), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "verified" in result.stdout and "keeping the trained dtype fp32" in result.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert not list(tmp_path.glob(".merged.partial-*"))
+    expected = _full_from_shards(sft_runs[world] / "checkpoints" / "global_step_4", world)
+    model, _ = _load(out)
+    got = model.state_dict()
+    for k, v in expected.items():
+        assert torch.equal(got[k], v), k  # fp32 in, fp32 out: exact
+    assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
+    _generates(out)
+
+
+def test_merge_bf16_is_bit_identical_to_verls_merger(cli, sft_runs, tmp_path):
+    step = sft_runs[2] / "checkpoints" / "global_step_4"
+    ours, theirs = tmp_path / "ours", tmp_path / "verl"
+    assert cli("ckpt", "merge", str(step), "--out", str(ours), "--dtype", "bf16").exit_code == 0
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(step),
+            "--target_dir",
+            str(theirs),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from safetensors.torch import load_file
+
+    a, b = load_file(ours / "model.safetensors"), load_file(theirs / "model.safetensors")
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype == torch.bfloat16
+        assert torch.equal(a[k].view(torch.int16), b[k].view(torch.int16)), k
+
+
+def test_large_models_are_sharded_with_an_index(cli, sft_runs, tmp_path):
+    out = tmp_path / "sharded"
+    result = cli("ckpt", "merge", str(sft_runs[1]), "--out", str(out), "--max-shard-size", "0.0002")
+    assert result.exit_code == 0, result.output
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = set(index["weight_map"].values())
+    assert len(files) > 1 and all((out / f).is_file() for f in files)
+    _generates(out)
+
+
+def test_merge_trl_full_checkpoint(cli, dpo_runs, tmp_path):
+    out = tmp_path / "dpo-full"
+    result = cli("ckpt", "merge", str(dpo_runs["full"]), "--out", str(out), "--dtype", "bf16")
+    assert result.exit_code == 0, result.output
+    model, _ = _load(out)
+    trained, _ = _load(dpo_runs["full"] / "checkpoints" / "checkpoint-4")
+    for k, v in trained.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v.to(torch.bfloat16)), k
+    _generates(out)
+
+
+def _peft_reference(base, adapter):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
+
+
+def test_merge_trl_lora_folds_the_adapter(cli, dpo_runs, tiny_model_dir, tmp_path):
+    step = dpo_runs["lora"] / "checkpoints" / "checkpoint-4"
+    out = tmp_path / "dpo-lora"
+    result = cli("ckpt", "merge", str(step), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "LoRA r=16 alpha=32 folded into" in result.stderr and "LoRA changed" in result.stdout
+    merged, _ = _load(out)
+    reference = _peft_reference(tiny_model_dir, step).state_dict()
+    base, _ = _load(tiny_model_dir)
+    changed = 0
+    for k, v in merged.state_dict().items():
+        torch.testing.assert_close(v, reference[k], atol=1e-6, rtol=1e-5)
+        changed += not torch.equal(v, base.state_dict()[k])
+    assert changed > 0, "the merged model must differ from its base"
+    _generates(out)
+
+
+def test_merge_art_adapter_finds_its_base_in_model_json(cli, art_model, tiny_model_dir, tmp_path):
+    out = tmp_path / "art"
+    result = cli("ckpt", "merge", str(art_model), "--out", str(out))  # the latest: checkpoints/0002
+    assert result.exit_code == 0, result.output
+    reference = _peft_reference(tiny_model_dir, art_model / "checkpoints" / "0002").state_dict()
+    merged, _ = _load(out)
+    for k, v in merged.state_dict().items():
+        torch.testing.assert_close(v, reference[k], atol=1e-6, rtol=1e-5)
+    _generates(out)
+
+
+def test_a_lora_merge_that_equals_its_base_is_an_error(cli, tiny_model_dir, tmp_path):
+    adapter = make_adapter(tiny_model_dir, tmp_path / "untrained", seed=0, zero=True)
+    out = tmp_path / "out"
+    result = cli("ckpt", "merge", str(adapter), "--out", str(out))
+    assert result.exit_code == 1
+    assert "equals its base model" in result.stderr and "lora_B is zero" in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_out_is_never_overwritten_without_force(cli, sft_runs, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = cli("ckpt", "merge", str(sft_runs[1]), "--out", str(out))
+    assert result.exit_code == 1 and "--force" in result.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+    forced = cli("ckpt", "merge", str(sft_runs[1]), "--out", str(out), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_dry_run_writes_nothing(cli, sft_runs, tmp_path):
+    out = tmp_path / "out"
+    result = cli("ckpt", "merge", str(sft_runs[2]), "--out", str(out), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"Would write {out}" in result.stdout and "50 tensors" in result.stdout
+    assert not out.exists()
+
+
+def test_an_interrupted_merge_leaves_nothing(cli, sft_runs, tmp_path, monkeypatch):
+    import trainctl.ckpt.merge as merge_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge_mod, "verify_written", interrupted)
+    out = tmp_path / "out"
+    result = cli("ckpt", "merge", str(sft_runs[1]), "--out", str(out))
+    assert result.exit_code == 130
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".out", "out"))]
