@@ -17,13 +17,26 @@ PINNED = {
     ("verl.utils.distributed", "initialize_global_process_group_ray"): (
         "761a94d1a2e058d31a0ac231c89a142abf5daf822e333bac75e84cafcf7507ac"
     ),
+    ("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available"): (
+        "b0b46038e25a8f2593556cff9d1ed808de712a8143f89735815d5e164f3d4eaa"
+    ),
+    # a class from torch, replaced where verl uses it: pinned is verl's method that builds it
+    ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
+        "35b7b539858443e45894da2d9675fb5a1d7b2bbb7c7c8b35605b0746d3179213"
+    ),
+    ("verl.utils.model", "load_valuehead_model"): ("2371ca280654b53bc2f25101ff2eb1898aafef14570f7ed94883d0b4a4ac825b"),
 }
+# where a patched name is not a verl function, the verl code that uses it
+_PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
 
 
 def _source_digest(module: str, func: str) -> str:
-    import importlib
-
-    fn = verl_patches.original(module, func) or getattr(importlib.import_module(module), func)
+    if (module, func) in _PINNED_USER:
+        owner, attr = verl_patches._resolve(module, _PINNED_USER[(module, func)])
+        fn = getattr(owner, attr)
+    else:
+        owner, attr = verl_patches._resolve(module, func)
+        fn = verl_patches.original(module, func) or getattr(owner, attr)
     return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
 
 
@@ -68,3 +81,29 @@ def test_plugin_selects_the_cpu_platform_when_asked():
     env = {**__import__("os").environ, "VERL_PLATFORM": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip().splitlines()[-1] == "cpu gloo True"
+
+
+def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
+    """If verl stops hard-coding these, the patches can go."""
+    import verl.single_controller.ray.base as base
+    import verl.utils.model as model
+    import verl.workers.engine.fsdp.transformer_impl as impl
+
+    check = verl_patches.original("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available")
+    assert 'node_info.get("GPU", 0)' in inspect.getsource(check or base.ResourcePoolManager._check_resource_available)
+    assert "CPUOffloadPolicy(pin_memory=True)" in inspect.getsource(impl.FSDPEngine._build_fsdp_module)
+    load = verl_patches.original("verl.utils.model", "load_valuehead_model") or model.load_valuehead_model
+    assert 'attn_implementation="flash_attention_2"' in inspect.getsource(load)
+
+
+def test_the_hf_rollout_plugs_into_verls_registries():
+    """verl finds trainctl's rollout through its own registries, in every process the plugin is loaded in."""
+    code = (
+        "import os; os.environ['VERL_PLATFORM'] = 'cpu'\n"
+        "import verl\n"
+        "from verl.workers.rollout.base import get_rollout_class\n"
+        "from verl.workers.rollout.replica import get_rollout_replica_class\n"
+        "print(get_rollout_class('hf', 'async').__name__, get_rollout_replica_class('hf').__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "HFServerAdapter HFReplica"

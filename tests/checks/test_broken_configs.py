@@ -425,6 +425,15 @@ CASES = [
         ],
     ),
     (
+        "remax on the v1 trainer",
+        ["algorithm=remax", "trainer.use_v1=true"],
+        1,
+        [
+            "Error: algorithm.adv_estimator = remax needs verl's legacy trainer, but trainer.use_v1 = true.",
+            "Hint: trainer.use_v1=false",
+        ],
+    ),
+    (
         "FSDP1 on cpu",
         ["algorithm=grpo", "hardware=cpu", "hardware.fsdp_strategy=fsdp"],
         1,

@@ -131,6 +131,13 @@ class VerlPPO(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
+    def env(self, plan: Plan) -> dict[str, str]:
+        if plan.tc["hardware"]["launcher"] == "local":
+            # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
+            # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ...")
+            return {"RAY_ADDRESS": "local"}
+        return super().env(plan)
+
     def command(self, plan: Plan, config_dir: str | None = None) -> Command:
         # main_ppo starts (or joins) Ray itself
         python = python_for(config_dir)

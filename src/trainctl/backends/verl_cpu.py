@@ -4,8 +4,10 @@ What verl offers, and what is used:
   - PlatformRegistry.register / set_platform: a platform whose device is torch's CPU and whose collective
     backend is gloo;
   - EngineRegistry.register(..., device="cpu"): verl's FSDP engines, which are registered for cuda and npu only;
-Where verl leaves no hook (trainctl.backends.verl_patches): the global process group, whose backend string
-verl builds as "cpu:gloo,<device>:<backend>" (for the cpu device that names cpu twice, which torch rejects).
+  - RolloutReplicaRegistry.register and _ROLLOUT_REGISTRY: the `hf` rollout (trainctl.backends.verl_hf_rollout),
+    which samples with transformers, for the PPO family;
+Where verl leaves no hook, trainctl.backends.verl_patches (the process group's backend string, the GPU count of
+the resource pools, pinned memory for the reference model, flash-attn for the critic).
 """
 
 from __future__ import annotations
@@ -177,5 +179,8 @@ def install() -> None:
     set_platform(cls())
     verl_patches.apply()
     _register_engines()
+    from trainctl.backends import verl_hf_rollout
+
+    verl_hf_rollout.register()
     _INSTALLED = True
     logger.info("trainctl: verl runs on the CPU platform (gloo)")

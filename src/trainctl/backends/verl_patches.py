@@ -21,6 +21,16 @@ PATCHES = {
         "builds the backend string 'cpu:gloo,<device>:<backend>', which on the cpu device names cpu twice"
     ),
     ("verl.utils.distributed", "initialize_global_process_group_ray"): "the same, for processes Ray starts",
+    ("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available"): (
+        "counts only GPU/NPU resources ('Total available GPUs 0 is less than total desired GPUs 1'); "
+        "on the cpu platform the pools are placed on Ray's CPU resource, which is what it should count"
+    ),
+    ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
+        "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
+    ),
+    ("verl.utils.model", "load_valuehead_model"): (
+        "the critic is loaded with attn_implementation='flash_attention_2' hard-coded; flash-attn needs a GPU"
+    ),
 }
 
 _APPLIED: dict[tuple[str, str], object] = {}
@@ -57,16 +67,73 @@ def _initialize_global_process_group_ray(original):
     return initialize_global_process_group_ray
 
 
+def _check_resource_available(original):
+    def _check_resource_available(self):
+        if not _on_cpu():
+            return original(self)
+        import ray
+
+        available = sum(n.get("CPU", 0) for n in ray._private.state.available_resources_per_node().values())
+        required = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
+        if available < required:
+            raise ValueError(
+                f"Ray has {available:g} CPUs available but the worker pools need {required}: "
+                "raise hardware.ray_num_cpus or lower hardware.gpus_per_node"
+            )
+
+    return _check_resource_available
+
+
+def _cpu_offload_policy(original):
+    class CPUOffloadPolicy(original):
+        """verl's reference-model offload policy, without pinned memory when there is no accelerator."""
+
+        def __init__(self, pin_memory: bool = True):
+            super().__init__(pin_memory=pin_memory and not _on_cpu())
+
+    return CPUOffloadPolicy
+
+
+def _load_valuehead_model(original):
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        if not _on_cpu():
+            return original(local_path, torch_dtype, model_config, trust_remote_code)
+        from transformers import AutoModelForTokenClassification
+
+        # verl's first choice, with the attention the model config asks for (sdpa on cpu) instead of flash-attn
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation=getattr(model_config, "_attn_implementation", None) or "sdpa",
+            trust_remote_code=trust_remote_code,
+        )
+
+    return load_valuehead_model
+
+
 _WRAPPERS = {
     "initialize_global_process_group": _initialize_global_process_group,
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
+    "ResourcePoolManager._check_resource_available": _check_resource_available,
+    "CPUOffloadPolicy": _cpu_offload_policy,
+    "load_valuehead_model": _load_valuehead_model,
 }
+
+
+def _resolve(module_name: str, name: str):
+    """(owner, attribute) of a dotted name inside a module: a function, a class, or a class's method."""
+    import importlib
+
+    owner = importlib.import_module(module_name)
+    *path, attr = name.split(".")
+    for p in path:
+        owner = getattr(owner, p)
+    return owner, attr
 
 
 def apply() -> None:
     """Apply every patch once; refuse on a verl version they were not written for."""
-    import importlib
-
     import verl
 
     if verl.__version__ != VERL_VERSION:
@@ -77,9 +144,9 @@ def apply() -> None:
     for module_name, func in PATCHES:
         if (module_name, func) in _APPLIED:
             continue
-        module = importlib.import_module(module_name)
-        original = getattr(module, func)
-        setattr(module, func, _WRAPPERS[func](original))
+        owner, attr = _resolve(module_name, func)
+        original = getattr(owner, attr)
+        setattr(owner, attr, _WRAPPERS[func](original))
         _APPLIED[(module_name, func)] = original
     logger.debug("trainctl applied %d verl patches", len(_APPLIED))
 

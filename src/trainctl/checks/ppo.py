@@ -60,6 +60,18 @@ def registries(plan: Plan) -> list[Problem]:
         _choice(plan, f"{AR}.rollout.name", rollouts, "rollout engine", " (or choose it with hardware.rollout_engine)")
     )
     problems.extend(check_logger_names(plan, "trainer.logger"))
+    if plan.value("algorithm.adv_estimator") == "remax" and plan.value("trainer.use_v1") is True:
+        problems.append(
+            Problem(
+                "algorithm.adv_estimator = remax needs verl's legacy trainer, but trainer.use_v1 = true.",
+                key="trainer.use_v1",
+                details=[
+                    f"verl {facts.VERL_VERSION}'s v1 trainer never computes the greedy baseline ReMax needs "
+                    "(compute_remax_outcome_advantage() missing 'reward_baselines')"
+                ],
+                hint="trainer.use_v1=false",
+            )
+        )
     return [p for p in problems if p]
 
 

@@ -1,0 +1,66 @@
+"""The PPO family for real on CPU: verl.trainer.main_ppo with trainctl's transformers rollout (hardware=cpu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainctl.metrics import read_metrics
+
+REWARD = Path(__file__).with_name("partial_reward.py")
+FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
+# what each algorithm must log beyond reward, entropy, the policy loss and the policy's KL from its old self
+EXTRA = {
+    "grpo": ["actor/kl_loss"],  # GRPO regularises with a KL loss
+    "gspo": [],
+    "ppo": ["critic/vf_loss", "critic/values/mean"],  # the critic trains
+    "dapo": [],
+    "drgrpo": [],
+    "rloo": ["actor/reward_kl_penalty"],  # KL in the reward
+    "reinforce_pp": ["actor/reward_kl_penalty"],
+    "remax": [],
+}
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    ["grpo", "ppo", "dapo", "gspo"]
+    + [pytest.param(a, marks=SLOW) for a in ("rloo", "reinforce_pp", "remax", "drgrpo")],
+)
+def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path):
+    result = cli("train", *FAST_RL, f"algorithm={algorithm}", f"run.name={algorithm}")
+    assert result.exit_code == 0, result.output[-4000:]
+    run = tmp_path / "work" / "runs" / algorithm
+    metrics = read_metrics(run)
+    assert sorted(metrics) == [1, 2], sorted(metrics)
+    for key in ["critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/ppo_kl", *EXTRA[algorithm]]:
+        assert all(key in metrics[s] for s in (1, 2)), f"{key} not logged: {sorted(metrics[2])[:40]}"
+    assert any(metrics[s]["critic/score/max"] > 0 for s in (1, 2)), "rewards are computed"
+    if algorithm == "dapo":
+        # overlong shaping: responses that reach the length limit are penalised below 0
+        assert min(metrics[s]["critic/score/min"] for s in (1, 2)) < 0
+        # dynamic sampling: groups are filtered on the `acc` the reward returns (evictions are logged when any
+        # group has equal scores, which is chance with this reward)
+        backend = (run / "verl_ppo.yaml").read_text()
+        assert "filter_groups:\n    _target_: verl.trainer.config.FilterGroupsConfig\n    enable: true" in backend
+
+    listed = cli("ckpt", "ls", str(run))
+    assert listed.exit_code == 0 and "verl-ppo" in listed.stdout and "global_step_2" in listed.stdout
+    if algorithm == "ppo":
+        assert "critic: model+optimizer+extra" in listed.stdout
+
+    out = tmp_path / "merged"
+    merged = cli("ckpt", "merge", str(run), "--out", str(out))
+    assert merged.exit_code == 0, merged.output
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    after = AutoModelForCausalLM.from_pretrained(out)
+    before = AutoModelForCausalLM.from_pretrained(ready[0])
+    changed = [k for k, v in after.state_dict().items() if not torch.equal(v, before.state_dict()[k])]
+    assert changed, "the actor's weights must differ from the initial ones"
+    tok = AutoTokenizer.from_pretrained(out)
+    ids = tok("What is 2 + 3?", return_tensors="pt")
+    assert after.generate(**ids, max_new_tokens=4, do_sample=False).shape[1] > ids["input_ids"].shape[1]
