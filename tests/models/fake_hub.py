@@ -14,12 +14,13 @@ first N bytes of a file, then wait for an event), `drop` (close the connection a
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import re
 import threading
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
+
+from tests.models.local_server import LocalServer
 
 
 @dataclass
@@ -50,7 +51,7 @@ def is_lfs(path: str) -> bool:
     return path.endswith((".safetensors", ".bin", ".gguf", ".pth", ".pt"))
 
 
-class FakeHub:
+class FakeHub(LocalServer):
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str, dict]] = []
@@ -58,33 +59,11 @@ class FakeHub:
         self.release = threading.Event()
         self.drop: dict[str, int] = {}  # path -> bytes served before closing the connection (once)
         self.lie_sizes: dict[str, int] = {}  # path -> size the listing claims
-        hub = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                hub._handle(self, head=True)
-
-            def do_GET(self):
-                hub._handle(self, head=False)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeHub:
-        self.thread.start()
-        return self
+        super().__init__()
 
     def __exit__(self, *exc) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.release.set()  # a stalled download must not hold the server's shutdown
+        super().__exit__(*exc)
 
     def repo(self, repo_id: str) -> Repo:
         return self.repos.setdefault(repo_id, Repo())

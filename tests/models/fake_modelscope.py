@@ -11,43 +11,18 @@ Responses use ModelScope's envelope ({"Code": 200, "Data": ..., "Success": true}
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import re
-import threading
 from urllib.parse import parse_qs, unquote, urlparse
 
+from tests.models.local_server import LocalServer
 
-class FakeModelScope:
+
+class FakeModelScope(LocalServer):
     def __init__(self) -> None:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.requests: list[tuple[str, str]] = []
-        hub = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                hub._handle(self, head=True)
-
-            def do_GET(self):
-                hub._handle(self, head=False)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeModelScope:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def _json(self, h, code: int, data, success: bool = True) -> None:
         body = json.dumps({"Code": code, "Data": data, "Success": success, "Message": "" if success else data}).encode()

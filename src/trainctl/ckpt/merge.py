@@ -372,20 +372,15 @@ def _copy_extras(src_dirs: list[Path], out: Path) -> list[str]:
 
 
 def merge(
-    ckpt: Path,
-    out: Path | None = None,
-    dtype: str = "auto",
-    base: str | None = None,
-    part_name: str | None = None,
-    force: bool = False,
+    prepared: tuple[MergePlan, Source, Lora | None, dict],
     max_shard_bytes: int = 5 << 30,
     progress: Callable[[int, int], None] | None = None,
-    prepared: tuple | None = None,
 ) -> MergeResult:
+    """Write what `plan_merge` opened and checked; verify it; rename it into place."""
     import time
 
     start = time.monotonic()
-    plan, source, lora, config = prepared or plan_merge(ckpt, out, dtype, base, part_name, force)
+    plan, source, lora, config = prepared
     target = DTYPES[plan.dtype]
     skip = _tied(config, set(source.specs))
     names = [n for n in source.specs if n not in skip]

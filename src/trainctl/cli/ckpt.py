@@ -187,7 +187,7 @@ def merge(
         typer.echo(f"Would write {plan.out}: {summary}")
         return
     with byte_progress("merging") as progress:
-        result = run_merge(target, max_shard_bytes=int(max_shard_size * 1e9), progress=progress, prepared=prepared)
+        result = run_merge(prepared, max_shard_bytes=int(max_shard_size * 1e9), progress=progress)
     extra = f"; LoRA changed {result.changed_by_lora} tensors" if result.changed_by_lora else ""
     typer.echo(f"Wrote {plan.out}: {summary}, {len(result.files)} file(s), verified{extra} ({result.seconds:.1f} s)")
 
