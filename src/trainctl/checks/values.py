@@ -40,6 +40,7 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "hardware.attn_implementation": ("str?", ("sdpa", "eager", "flash_attention_2", "flash_attention_3")),
     "hardware.torch_compile": ("bool", None),
     "hardware.worker_processes": ("int", (0, None)),
+    "hardware.dataloader_workers": ("int", (0, None)),
     "hardware.ray_num_cpus": ("int?", (1, None)),
     "logger.backends": ("list", None),
     "run.name": ("str", None),
