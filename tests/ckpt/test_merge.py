@@ -189,3 +189,47 @@ def test_an_interrupted_merge_leaves_nothing(cli, sft_runs, tmp_path, monkeypatc
     result = cli("ckpt", "merge", str(sft_runs[1]), "--out", str(out))
     assert result.exit_code == 130
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".out", "out"))]
+
+
+def _lora_only_step(tiny_model_dir, tmp_path, name_or_path: str | None):
+    """verl's layout for a LoRA run saved with checkpoint.save_lora_only: the shards hold lora_A/B alone."""
+    from safetensors.torch import load_file
+
+    adapter = make_adapter(tiny_model_dir, tmp_path / "adapter", seed=3)
+    tensors = load_file(adapter / "adapter_model.safetensors")
+    step = tmp_path / "global_step_7"
+    (step / "huggingface").mkdir(parents=True)
+    shard = {k.replace(".weight", ".default.weight"): v for k, v in tensors.items()}  # names inside a PeftModel
+    torch.save(shard, step / "model_world_size_1_rank_0.pt")
+    (step / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
+    (step / "lora_train_meta.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "task_type": "CAUSAL_LM"}))
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    if name_or_path:
+        config["_name_or_path"] = name_or_path
+    (step / "huggingface" / "config.json").write_text(json.dumps(config))
+    for f in tiny_model_dir.glob("tokenizer*"):
+        (step / "huggingface" / f.name).write_bytes(f.read_bytes())
+    return step, adapter
+
+
+@pytest.mark.parametrize("how", ["name_or_path", "--base"])
+def test_merge_verl_lora_only_shards_into_the_base(how, cli, tiny_model_dir, tmp_path):
+    step, adapter = _lora_only_step(tiny_model_dir, tmp_path, str(tiny_model_dir) if how == "name_or_path" else None)
+    listed = cli("ckpt", "ls", str(step))
+    assert listed.exit_code == 0 and "4/8" in listed.stdout
+    out = tmp_path / "out"
+    args = ["--base", str(tiny_model_dir)] if how == "--base" else []
+    result = cli("ckpt", "merge", str(step), "--out", str(out), *args)
+    assert result.exit_code == 0, result.output
+    reference = _peft_reference(tiny_model_dir, adapter).state_dict()
+    merged, _ = _load(out)
+    for k, v in merged.state_dict().items():
+        torch.testing.assert_close(v, reference[k], atol=1e-6, rtol=1e-5)
+    _generates(out)
+
+
+def test_lora_only_shards_without_a_base_say_how_to_give_one(cli, tiny_model_dir, tmp_path):
+    step, _ = _lora_only_step(tiny_model_dir, tmp_path, None)
+    result = cli("ckpt", "merge", str(step), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1 and "cannot find the base model" in result.stderr and "--base DIR" in result.stderr
+    assert not (tmp_path / "out").exists()

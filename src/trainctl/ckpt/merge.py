@@ -74,26 +74,30 @@ def _dtype_name(dt: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dt, "fp32")
 
 
-def _find_base(adapter: Path, checkpoint: Checkpoint, base: str | None) -> Path:
-    """The adapter's base model: --base, else ART's model.json, else adapter_config's base_model_name_or_path."""
+def _adapter_base_refs(adapter: Path, checkpoint: Checkpoint, base: str | None) -> list[tuple[str, str]]:
+    """Where an adapter's base model may be named: --base, else ART's model.json, else adapter_config.json."""
+    if base:
+        return [("--base", base)]
+    refs = []
+    for d in (checkpoint.path.parent.parent, checkpoint.path.parent):
+        mj = d / "model.json"
+        if mj.is_file():
+            try:
+                ref = json.loads(mj.read_text()).get("base_model")
+            except ValueError:
+                ref = None
+            if ref:
+                refs.append((str(mj), ref))
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    if cfg.get("base_model_name_or_path"):
+        refs.append((str(adapter / "adapter_config.json"), cfg["base_model_name_or_path"]))
+    return refs
+
+
+def _find_base(candidates: list[tuple[str, str]], adapter: Path, checkpoint: Checkpoint) -> Path:
+    """The first candidate that is a model folder, a model option or a pulled repository id."""
     from trainctl.models.catalog import ModelError, resolve_ref
 
-    cfg = json.loads((adapter / "adapter_config.json").read_text())
-    candidates: list[tuple[str, str]] = []
-    if base:
-        candidates.append(("--base", base))
-    else:
-        for d in (checkpoint.path.parent.parent, checkpoint.path.parent):
-            mj = d / "model.json"
-            if mj.is_file():
-                try:
-                    ref = json.loads(mj.read_text()).get("base_model")
-                except ValueError:
-                    ref = None
-                if ref:
-                    candidates.append((str(mj), ref))
-        if cfg.get("base_model_name_or_path"):
-            candidates.append((str(adapter / "adapter_config.json"), cfg["base_model_name_or_path"]))
     for _, ref in candidates:
         p = Path(ref).expanduser()
         if (p / "config.json").is_file():
@@ -104,10 +108,11 @@ def _find_base(adapter: Path, checkpoint: Checkpoint, base: str | None) -> Path:
             continue
         if (resolved.path / "config.json").is_file():
             return resolved.path
-    named = ", ".join(f"{ref!r} (from {src})" for src, ref in candidates) or "none"
+    named = ", ".join(f"{ref!r} (from {src})" for src, ref in candidates)
     first = candidates[0][1] if candidates else "BASE_MODEL"
     raise CheckpointError(
-        f"cannot find the base model of the adapter in {adapter}: tried {named}",
+        f"cannot find the base model of the adapter in {adapter}: "
+        + (f"tried {named}" if named else "no file there names it"),
         hint=f"trainctl model pull {first}   or pass the folder: trainctl ckpt merge {checkpoint.path} --base DIR",
     )
 
@@ -115,7 +120,7 @@ def _find_base(adapter: Path, checkpoint: Checkpoint, base: str | None) -> Path:
 def _adapter_source(part: Part, checkpoint: Checkpoint, base: str | None) -> tuple[Source, Lora, Path]:
     from safetensors.torch import load_file
 
-    base_dir = _find_base(part.path, checkpoint, base)
+    base_dir = _find_base(_adapter_base_refs(part.path, checkpoint, base), part.path, checkpoint)
     files = sorted(part.path.glob("adapter_model*.safetensors"))
     if not files:
         raise CheckpointError(
@@ -141,8 +146,20 @@ def _open(part: Part, checkpoint: Checkpoint, base: str | None) -> tuple[Source,
         plain, lora = lora_from_fsdp(source, meta)
         if lora is None:
             return source, None, None
+        base_dir = None
+        if not any(name in plain.specs for name in lora.factors):
+            # saved with checkpoint.save_lora_only: the shards hold the adapter alone; the base is the model the
+            # run started from (huggingface/config.json's _name_or_path) or --base
+            refs = [("--base", base)] if base else []
+            hf = part.hf_dir
+            if not base and hf is not None and (hf / "config.json").is_file():
+                name = json.loads((hf / "config.json").read_text()).get("_name_or_path")
+                if name:
+                    refs.append((str(hf / "config.json"), name))
+            base_dir = _find_base(refs, part.path, checkpoint)
+            plain = SafetensorsSource(weight_files(base_dir))
         lora.check_against(plain, part.path)
-        return FoldedSource(plain, lora), lora, None
+        return FoldedSource(plain, lora), lora, base_dir
     if part.kind == "adapter":
         return _adapter_source(part, checkpoint, base)
     return SafetensorsSource(weight_files(part.path)), None, None
