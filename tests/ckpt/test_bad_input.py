@@ -90,3 +90,12 @@ def test_not_a_checkpoint(cli, tmp_path):
     assert result.exit_code == 1 and f"{empty} is not a checkpoint trainctl knows" in result.stderr
     missing = cli("ckpt", "show", str(tmp_path / "nope"))
     assert missing.exit_code == 1 and "does not exist" in missing.stderr
+
+
+def test_a_run_without_checkpoints_yet(cli, tmp_path):
+    run = tmp_path / "runs" / "fresh"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    result = cli("ckpt", "ls", str(run))
+    assert result.exit_code == 1 and f"{run} has no checkpoints yet" in result.stderr
+    assert "run.save_every=N" in result.stderr

@@ -221,6 +221,11 @@ def list_checkpoints(target: Path) -> Listing:
     root = _root_of(target)
     folders = _step_folders(root)
     if not folders:
+        if (target / "run.json").is_file() or (target / "checkpoints").is_dir():
+            raise CheckpointError(
+                f"{target} has no checkpoints yet",
+                hint="a run saves at its end; to save along the way: trainctl train ... run.save_every=N",
+            )
         return Listing(target, [read_checkpoint(target)])
     found = []
     for f in folders:
