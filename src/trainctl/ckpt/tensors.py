@@ -29,17 +29,37 @@ except OSError:  # pragma: no cover - not Linux
     _libc = None
 
 
-def release(t: torch.Tensor) -> None:
-    """Drop the resident pages behind a tensor read from a private, read-only file mapping (re-read on next use).
+# address ranges of the shard files torch.load(mmap=True) mapped in this process
+_FILE_MAPPINGS: list[tuple[int, int]] = []
 
-    Only ever called on tensors from `torch.load(mmap=True)`: on anonymous memory MADV_DONTNEED would zero it."""
-    if _libc is None or t.device.type != "cpu":
+
+def note_mappings(files: list[Path]) -> None:
+    """Record where these files are mapped (from /proc/self/maps), so that `release` touches nothing else."""
+    names = {str(Path(f).resolve()) for f in files}
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:  # not Linux: release does nothing
+        return
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5] in names:
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            _FILE_MAPPINGS.append((lo, hi))
+
+
+def release(t: torch.Tensor) -> None:
+    """Drop the resident pages behind a tensor read through a shard's private, read-only file mapping: they are
+    re-read from the file if used again. Anything else (a tensor computed in memory, where MADV_DONTNEED would
+    zero live data) is left alone: only ranges inside a mapping `note_mappings` recorded are released."""
+    if _libc is None or t.device.type != "cpu" or not _FILE_MAPPINGS:
         return
     storage = t.untyped_storage()
     start, size = storage.data_ptr(), storage.nbytes()
     if size < _PAGE:
         return
     aligned = start - start % _PAGE
+    if not any(lo <= aligned and start + size <= hi for lo, hi in _FILE_MAPPINGS):
+        return
     _libc.madvise(ctypes.c_void_p(aligned), ctypes.c_size_t(size + start - aligned), _MADV_DONTNEED)
 
 
@@ -112,6 +132,7 @@ class FsdpSource(Source):
             )
         for f in self.files:
             self.shards.append(load_shard(f))
+        note_mappings(self.files)
         self._plan()
 
     def _plan(self) -> None:
