@@ -9,17 +9,35 @@ LOSS_KEYS = ("train/loss", "actor/pg_loss", "critic/vf_loss", "train/rewards/acc
 _BARS = "▁▂▃▄▅▆▇█"
 
 
+# bookkeeping fields of flat records (ART's history.jsonl), not metrics
+NOT_METRICS = {"step", "recorded_at", "timestamp", "epoch_time", "_timestamp"}
+
+
+def read_jsonl(path: Path) -> dict[int, dict]:
+    """step -> metrics from one JSONL file: {"step": N, "data": {...}} per line (verl's file logger, trainctl's
+    runs), or flat {"step": N, "metric": v, ...} / {"step": N, "metrics": {...}} (ART's history.jsonl)."""
+    out: dict[int, dict] = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+            step = int(rec["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a half-written last line of an interrupted run, or a line without a step
+        if isinstance(rec.get("data"), dict):
+            out.setdefault(step, {}).update(rec["data"])
+            continue
+        values = rec["metrics"] if isinstance(rec.get("metrics"), dict) else rec
+        out.setdefault(step, {}).update({k: v for k, v in values.items() if k not in NOT_METRICS})
+    return out
+
+
 def read_metrics(run_dir: Path) -> dict[int, dict]:
     """step -> metrics, merged over every attempt in order (a resumed attempt's steps win)."""
     out: dict[int, dict] = {}
     files = sorted((Path(run_dir) / "metrics").glob("attempt-*.jsonl"), key=lambda p: int(p.stem.split("-")[1] or 0))
     for f in files:
-        for line in f.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-                out.setdefault(int(rec["step"]), {}).update(rec["data"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a half-written last line of an interrupted run
+        for step, values in read_jsonl(f).items():
+            out.setdefault(step, {}).update(values)
     return dict(sorted(out.items()))
 
 

@@ -183,10 +183,6 @@ class HFRolloutServer:
     def stats(self) -> dict:
         return {"tokens": self.tokens_generated, "seconds": self.seconds, "weight_version": self.weight_version}
 
-    def state_digest(self) -> dict[str, float]:
-        """A cheap fingerprint of the weights (per-tensor sums), for tests."""
-        return {k: float(v.double().sum()) for k, v in self.model.state_dict().items()}
-
     # --- what verl's replica and checkpoint manager call; nothing to do without accelerator memory ---
     async def wake_up(self, *args, **kwargs):
         return None

@@ -73,8 +73,7 @@ def _tensor_table(part: Part) -> tuple[int, int, Counter, int]:
 
 
 def details(target: Path) -> Details:
-    listing = list_checkpoints(target)
-    ckpt = next((c for c in listing.checkpoints if c.latest), listing.checkpoints[-1])
+    ckpt = list_checkpoints(target).latest
     out = []
     for part in ckpt.parts:
         hf = part.hf_dir

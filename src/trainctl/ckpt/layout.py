@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainctl.errors import TrainctlError
+from trainctl.models.catalog import folder_size
 
 _SHARD = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt")
 _STEP_DIR = re.compile(r"(?:global_step_|checkpoint-)(\d+)")
@@ -81,9 +82,10 @@ class Listing:
     checkpoints: list[Checkpoint]
     metrics_source: Path | None = None
 
-
-def folder_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    @property
+    def latest(self) -> Checkpoint:
+        """What a run or output folder means when one checkpoint is asked for."""
+        return next((c for c in self.checkpoints if c.latest), self.checkpoints[-1])
 
 
 def _adapter_lora(folder: Path) -> tuple[int, float] | None:
@@ -194,10 +196,7 @@ def _step_folders(root: Path) -> list[Path]:
 
 def _root_of(target: Path) -> Path:
     """The folder holding the step folders, for a run folder, an ART model folder, or the folder itself."""
-    for sub in ("checkpoints",):
-        if _step_folders(target / sub):
-            return target / sub
-    return target
+    return target / "checkpoints" if _step_folders(target / "checkpoints") else target
 
 
 def _latest_step(root: Path, steps: list[int]) -> int | None:

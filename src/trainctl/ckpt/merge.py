@@ -200,9 +200,7 @@ def plan_merge(
     """Open everything and check it before a byte is written."""
     from trainctl.ckpt.layout import list_checkpoints
 
-    listing = list_checkpoints(ckpt)
-    # a run or output folder means its latest checkpoint
-    checkpoint = next((c for c in listing.checkpoints if c.latest), listing.checkpoints[-1])
+    checkpoint = list_checkpoints(ckpt).latest
     part = checkpoint.part(part_name)
     out = Path(out) if out else default_out(checkpoint, part)
     if dtype not in ("auto", *DTYPES):
@@ -371,21 +369,19 @@ def check_architecture(folder: Path, names: set[str], shapes: dict[str, tuple]) 
         )
 
 
-def _copy_extras(src_dirs: list[Path], out: Path) -> list[str]:
-    copied = []
+def _copy_extras(src_dirs: list[Path], out: Path) -> None:
+    """Tokenizer, chat template, generation config: every file that is not weights, training state or a config
+    the merge writes itself (a later folder's file wins)."""
     for d in src_dirs:
-        for f in sorted(d.iterdir()) if d and d.is_dir() else []:
-            if (
-                f.is_file()
-                and f.name not in _NOT_COPIED
-                and not f.name.endswith(_WEIGHTS)
-                and not f.name.startswith(".")
-            ):
-                if f.name.startswith(("optimizer", "rng_state", "adapter_")) or f.suffix in (".pt", ".pth"):
-                    continue
+        for f in sorted(d.iterdir()) if d.is_dir() else []:
+            skip = (
+                not f.is_file()
+                or f.name in _NOT_COPIED
+                or f.name.endswith(_WEIGHTS)
+                or f.name.startswith((".", "optimizer", "rng_state", "adapter_"))
+            )
+            if not skip:
                 shutil.copy2(f, out / f.name)
-                copied.append(f.name)
-    return sorted(set(copied))
 
 
 def merge(
@@ -460,12 +456,8 @@ def _lora_changed(source, lora: Lora, base_dir, names, files, dtype) -> int:
     if targets and changed == 0:
         raise CheckpointError(
             f"the merged model equals its base model: the adapter's {len(targets)} LoRA-changed tensors are "
-            f"unchanged after folding at {dtype_name(dtype)}",
+            f"unchanged after folding at {_dtype_name(dtype)}",
             details=["the adapter's lora_B is zero (an untrained adapter), or its updates vanish at this precision"],
             hint="merge a later checkpoint, or keep more precision: --dtype fp32",
         )
     return changed
-
-
-def dtype_name(dt: torch.dtype) -> str:
-    return _dtype_name(dt)
