@@ -53,7 +53,7 @@ def run_checks(tc: dict) -> list[Check]:
         )
     from importlib.metadata import entry_points
 
-    plugin = any(e.value == "trainctl.backends.verl_cpu_plugin" for e in entry_points(group="verl.plugins"))
+    plugin = any(e.value == "trainctl.runtime.verl_cpu_plugin" for e in entry_points(group="verl.plugins"))
     checks.append(Check("verl CPU plugin", "ok" if plugin else "warn", "registered" if plugin else "not registered"))
 
     n, names, cuda = local_devices()

@@ -2,7 +2,7 @@
 
 The backend config is flat, as in TRL's own `trl dpo` command: DPOConfig fields (beta, learning_rate, ...),
 ModelConfig fields (model_name_or_path, use_peft, lora_r, ...) and the data files. trainctl's entry point
-(trainctl.backends.trl_dpo_entry) builds DPOTrainer from it.
+(trainctl.runtime.trl_dpo_entry) builds DPOTrainer from it.
 """
 
 from __future__ import annotations
@@ -19,34 +19,10 @@ from omegaconf import DictConfig
 
 from trainctl import paths
 from trainctl.backends.base import Backend, Command, python_for, torchrun_for
+from trainctl.facts.trl import DATA_KEYS, ENTRY
 
 if TYPE_CHECKING:
     from trainctl.plan import Plan
-
-ENTRY = "trainctl.backends.trl_dpo_entry"
-
-# trainctl's own keys beside TRL's dataclasses: where the preference pairs are
-DATA_KEYS = {"train_files": None, "val_files": None}
-
-# TRL 1.16's DPO loss types (DPOConfig.loss_type help; DPOConfig.loss_type accepts a list of them)
-LOSS_TYPES = (
-    "sigmoid",
-    "hinge",
-    "ipo",
-    "exo_pair",
-    "nca_pair",
-    "robust",
-    "bco_pair",
-    "sppo_hard",
-    "aot",
-    "aot_unpaired",
-    "apo_zero",
-    "apo_down",
-    "discopop",
-    "sft",
-    "sigmoid_norm",
-)
-
 
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from trainctl import paths
-from trainctl.backends import verl_facts
+from trainctl.facts import verl as verl_facts
 from trainctl.backends.base import Backend, Command, key_paths, python_for, torchrun_for
 from trainctl.errors import ConfigProblems, Problem
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainctl.backends import verl_facts as facts
+from trainctl.facts import verl as facts
 from trainctl.errors import Problem
 from trainctl.suggest import closest
 

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from trainctl.backends.base import Number
-from trainctl.backends.trl_dpo import LOSS_TYPES
+from trainctl.facts.trl import LOSS_TYPES
 from trainctl.errors import Problem
 from trainctl.suggest import closest
 

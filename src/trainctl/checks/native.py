@@ -114,7 +114,7 @@ def verl_sft(plan: Plan) -> list[Problem]:
 
 def trl_dpo(plan: Plan) -> list[Problem]:
     """Build TRL's DPOConfig and ModelConfig from the backend config, as the entry point will."""
-    from trainctl.backends.trl_dpo_args import split_args
+    from trainctl.runtime.trl_dpo_args import split_args
 
     problems: list[Problem] = []
     with _quiet():

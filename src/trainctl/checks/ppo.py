@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainctl.backends import verl_facts as facts
+from trainctl.facts import verl as facts
 from trainctl.backends.base import Number
 from trainctl.checks.arith import divisors_near, fix, neighbours, step_for
 from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.backends import verl_facts
+from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import read_rows
 from trainctl.data.shapes import ROLES
 from trainctl.errors import Problem

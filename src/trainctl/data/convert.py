@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.backends import verl_facts
+from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import DataError, Row, read_rows
 from trainctl.data.shapes import Example, Shape, Skip, detect, example, ground_truth
 from trainctl.data.writer import ParquetWriter

@@ -58,7 +58,7 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
     hw = plan.tc["hardware"]
     if hw["device"] == "cpu" and plan.backend.node == "verl":
-        env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.backends.verl_cpu_plugin)
+        env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)
@@ -71,7 +71,7 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     if "mlflow" in backends:
         env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.tc["run"]["project"]))
     if plan.backend.node == "trl" and hw["launcher"] != "local":
-        # Ray Train sizes itself from this (trainctl.backends.trl_dpo_entry --ray)
+        # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: hw[k] for k in ("nnodes", "gpus_per_node", "device")})
     return env
 

@@ -4,9 +4,9 @@ What verl offers, and what is used:
   - PlatformRegistry.register / set_platform: a platform whose device is torch's CPU and whose collective
     backend is gloo;
   - EngineRegistry.register(..., device="cpu"): verl's FSDP engines, which are registered for cuda and npu only;
-  - RolloutReplicaRegistry.register and _ROLLOUT_REGISTRY: the `hf` rollout (trainctl.backends.verl_hf_rollout),
+  - RolloutReplicaRegistry.register and _ROLLOUT_REGISTRY: the `hf` rollout (trainctl.runtime.hf_rollout),
     which samples with transformers, for the PPO family;
-Where verl leaves no hook, trainctl.backends.verl_patches (the process group's backend string, the GPU count of
+Where verl leaves no hook, trainctl.runtime.verl_patches (the process group's backend string, the GPU count of
 the resource pools, pinned memory for the reference model, flash-attn for the critic).
 """
 
@@ -172,15 +172,15 @@ def install() -> None:
         return
     from verl.plugin.platform import PlatformRegistry, set_platform
 
-    from trainctl.backends import verl_patches
+    from trainctl.runtime import verl_patches
 
     cls = _platform_class()
     PlatformRegistry.register(platform="cpu")(cls)
     set_platform(cls())
     verl_patches.apply()
     _register_engines()
-    from trainctl.backends import verl_hf_rollout
+    from trainctl.runtime import hf_rollout
 
-    verl_hf_rollout.register()
+    hf_rollout.register()
     _INSTALLED = True
     logger.info("trainctl: verl runs on the CPU platform (gloo)")

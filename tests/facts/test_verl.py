@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainctl.backends import verl_facts as facts
+from trainctl.facts import verl as facts
 
 
 def test_registries_match_installed_verl():

@@ -9,7 +9,7 @@ import os
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
-        from trainctl.backends.verl_cpu import install
+        from trainctl.runtime.verl_cpu import install
 
         install()
     except Exception as e:  # verl swallows plugin errors at debug level: say it where the run's log shows it

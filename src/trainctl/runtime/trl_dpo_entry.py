@@ -1,4 +1,4 @@
-"""DPO with TRL, from the backend config trainctl wrote (python -m trainctl.backends.trl_dpo_entry --config FILE).
+"""DPO with TRL, from the backend config trainctl wrote (python -m trainctl.runtime.trl_dpo_entry --config FILE).
 
 Started by torchrun on one machine (one process per device), or with --ray by Ray Train's TorchTrainer across
 machines. The reference model is handled the TRL way: a frozen copy of the policy for full fine-tuning, the
@@ -46,7 +46,7 @@ def train(config_path: str, resume: bool = False) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer, ModelConfig, get_peft_config
 
-    from trainctl.backends.trl_dpo_args import split_args
+    from trainctl.runtime.trl_dpo_args import split_args
 
     flat = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
     dpo_args, model_args, data = split_args(flat)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainctl.backends.verl_hf_rollout import HFRolloutServer, sample
+from trainctl.runtime.hf_rollout import HFRolloutServer, sample
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import inspect
 import subprocess
 import sys
 
-from trainctl.backends import verl_patches
+from trainctl.runtime import verl_patches
 
 # sha256 of the source of each patched function in verl 0.9.1
 PINNED = {
@@ -47,7 +47,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     assert set(PINNED) == set(verl_patches.PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
-        assert got == digest, f"verl changed {module}.{func}: review trainctl.backends.verl_patches"
+        assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"
 
 
 def test_the_backend_string_verl_builds_still_names_the_device_twice():
@@ -64,7 +64,7 @@ def test_plugin_is_inert_without_verl_platform_cpu():
         "import os; os.environ.pop('VERL_PLATFORM', None)\n"
         "import verl\n"
         "from verl.plugin.platform import PlatformRegistry\n"
-        "from trainctl.backends import verl_cpu\n"
+        "from trainctl.runtime import verl_cpu\n"
         "print(verl_cpu._INSTALLED, 'cpu' in PlatformRegistry.registered_names())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainctl.backends.trl_dpo import DATA_KEYS
+from trainctl.facts.trl import DATA_KEYS
 
 
 def split_args(flat: dict) -> tuple[dict, dict, dict]:

@@ -1,7 +1,7 @@
 """What verl 0.9.1 accepts, for the checks verl itself leaves to run time.
 
 Read off verl's registries. Importing verl to ask costs 5-8 s, so the names are kept here and
-tests/backends/test_verl_facts.py compares them with the live registries: a verl upgrade that changes them fails
+tests/facts/test_verl.py compares them with the live registries: a verl upgrade that changes them fails
 that test instead of silently passing bad configs.
 """
 
@@ -59,7 +59,7 @@ REWARD_MANAGERS = ("naive", "dapo", "gdpo", "rate_limited", "remote")
 
 # verl.workers.rollout.replica.RolloutReplicaRegistry (GPU engines) ...
 VERL_ROLLOUTS = ("vllm", "sglang", "trtllm")
-# ... and the one trainctl's verl plugin registers (trainctl.backends.verl_cpu_plugin): transformers on CPU
+# ... and the one trainctl's verl plugin registers (trainctl.runtime.verl_cpu_plugin): transformers on CPU
 TRAINCTL_ROLLOUTS = ("hf",)
 
 # verl.trainer.ppo.core_algos.kl_penalty (a trailing "+" selects the straight-through variant)

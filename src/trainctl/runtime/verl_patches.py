@@ -1,7 +1,7 @@
 """The patches trainctl applies to verl where verl offers no hook. All of them, here, guarded to verl 0.9.1.
 
 Each one replaces a module attribute with a wrapper that behaves exactly like the original unless the process
-runs on trainctl's CPU platform. tests/backends/test_verl_patches.py pins the source of every patched function,
+runs on trainctl's CPU platform. tests/runtime/test_verl_patches.py pins the source of every patched function,
 so a verl upgrade that changes them fails loudly instead of silently running something else.
 """
 

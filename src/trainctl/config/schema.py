@@ -1,0 +1,221 @@
+"""trainctl's own config, declared once: the sections every run has, their types, ranges and meaning.
+
+The group files (conf/<group>/*.yaml), recipes and `key=value` overrides fill these sections; after Hydra composes
+them, every value is checked against the declaration here (trainctl.config.types) and the result is a `Config`
+that code reads as `cfg.hardware.launcher`. A key no declaration names is an error with a did-you-mean; a value of
+the wrong type or out of range is an error naming the key, the value and what it must be.
+
+The backend nodes (`verl:`, `trl:`) are not declared here: their keys are the backend's own, checked against the
+backend's dataclasses (trainctl.checks.types).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainctl.config.types import bounds
+
+Family = Literal["sft", "dpo", "ppo"]
+DataFormat = Literal["rl", "sft", "dpo"]
+
+
+def doc(text: str, **limits) -> Any:
+    """A required field with its documentation (and bounds: ge=, gt=, le=, lt=)."""
+    return field(metadata=bounds(doc=text, **limits))
+
+
+def opt(text: str, default: Any = None, **limits) -> Any:
+    """A field with a default, its documentation and bounds."""
+    if isinstance(default, type):  # a nested section: its own defaults
+        return field(default_factory=default, metadata=bounds(doc=text, **limits))
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=bounds(doc=text, **limits))
+    return field(default=default, metadata=bounds(doc=text, **limits))
+
+
+@dataclass
+class Paths:
+    home: str = doc("trainctl's home: pulled models and prepared data (TRAINCTL_HOME, default ~/.trainctl)")
+    models: str = doc("where `trainctl model pull` writes models and model options point")
+    data: str = doc("where `trainctl data prep` writes datasets and data options point")
+
+
+@dataclass
+class Run:
+    name: str = doc("names the run folder and the logger's run")
+    project: str = doc("the logger's project (wandb project, mlflow experiment)")
+    dir: str = doc("the run folder: resolved config, launch script, lockfile, logs, metrics and checkpoints")
+    seed: int = doc("the random seed of data order, initialisation and sampling", ge=0)
+    epochs: int = doc("passes over the training data", ge=1)
+    max_steps: int | None = opt("stop after this many optimizer steps (null: train all epochs)", ge=1)
+    save_every: int | None = opt("also save a checkpoint every N steps (null: only at the end)", ge=1)
+    val_every: int | None = opt("validate every N steps (null: never during training)", ge=1)
+
+
+@dataclass
+class Algorithm:
+    name: str = doc("the algorithm's name (the option's file name)")
+    family: Family = doc("which trainer runs it: sft (verl sft_trainer), dpo (TRL DPOTrainer), ppo (verl main_ppo)")
+    data_format: DataFormat = doc("the data format it reads: rl (prompts and ground truths), sft, dpo (pairs)")
+    reward_fn: str | None = opt("PPO family: a scorer path/to/reward.py:function for its data (data.reward_fn wins)")
+
+
+@dataclass
+class Arch:
+    type: str = doc("the transformers architecture class, e.g. Qwen2ForCausalLM")
+    hidden_size: int = doc("width of the residual stream", ge=1)
+    layers: int = doc("decoder layers", ge=1)
+    heads: int = doc("attention heads", ge=1)
+    kv_heads: int = doc("key/value heads (grouped-query attention)", ge=1)
+    intermediate_size: int = doc("width of the MLP", ge=1)
+    vocab_size: int = doc("tokens in the vocabulary", ge=1)
+    tie_embeddings: bool = doc("whether the output layer shares the input embedding's weights")
+
+
+@dataclass
+class Model:
+    name: str = doc("the model's name (the option's file name)")
+    path: str = doc("the local Hugging Face folder training reads (`trainctl model pull NAME` writes it)")
+    context_length: int = doc("the longest sequence (prompt + response) the model handles", ge=1)
+    hf_repo: str | None = opt("Hugging Face repository (`trainctl model pull NAME --source hf`)")
+    ms_repo: str | None = opt("ModelScope repository (`--source modelscope`)")
+    params: float | None = opt("parameter count, for memory estimates", ge=1)
+    arch: Arch | None = opt("architecture, for memory estimates before the model is pulled")
+
+
+@dataclass
+class Splits:
+    train: str | None = opt("the source's split for our train split", "train")
+    test: str | None = opt("the source's split for our test split (null: hold out every 50th train row)", "test")
+
+
+@dataclass
+class Generate:
+    train_rows: int = doc("rows in the generated train split", ge=1)
+    test_rows: int = doc("rows in the generated test split", ge=1)
+    seed: int = opt("seed of the generator", 0, ge=0)
+
+
+@dataclass
+class Source:
+    hf: str | None = opt("Hugging Face dataset (`trainctl data prep NAME`)")
+    hf_config: str | None = opt("the dataset's config name on the hub")
+    modelscope: str | None = opt("ModelScope dataset (`--source modelscope`)")
+    splits: Splits = opt("which source split becomes our train and test split", Splits)
+    parser: str | None = opt("a row parser for sources whose rows need one (hh_rlhf)")
+    columns: dict[str, str] | None = opt("source column names: prompt_col, response_col, ... (data convert's flags)")
+    generate: Generate | None = opt("a generated dataset (arith): no download")
+
+
+@dataclass
+class Data:
+    name: str = doc("the dataset's name (the option's file name)")
+    dir: str = doc("where `trainctl data prep NAME` writes it")
+    train_files: str = doc("the file training reads (the algorithm's format folder)")
+    formats: list[DataFormat] = doc("the formats `data prep` writes: rl, sft, dpo")
+    max_prompt_length: int = doc("token budget of a prompt; longer prompts are an error (`trainctl data check`)", ge=1)
+    max_response_length: int = doc("token budget of a response; generation stops there", ge=1)
+    val_files: str | None = opt("the held-out file validation reads")
+    source: Source = opt("where `trainctl data prep` reads it", Source)
+    data_source: str | None = opt("written into each RL row: picks verl's scorer for it")
+    ability: str | None = opt("written into each RL row (verl's `ability` column)")
+    instruction: str | None = opt("appended to each RL prompt, so the model answers in the form the scorer reads")
+    reward_fn: str | None = opt("a custom scorer instead of the built-in one: path/to/file.py:function")
+
+
+@dataclass
+class Hardware:
+    name: str = doc("the hardware option's name")
+    nnodes: int = doc("machines", ge=1)
+    gpus_per_node: int = doc("accelerators per machine; on cpu, training processes on this machine", ge=1)
+    device: Literal["cpu", "cuda"] = doc("cpu or cuda")
+    launcher: Literal["local", "ray_cluster", "ray_job"] = doc(
+        "how the run starts: local (this machine), ray_cluster (join a running Ray cluster), ray_job (its Jobs API)"
+    )
+    rollout_engine: str = doc("the engine that samples RL responses: vllm or sglang on GPUs, hf on cpu")
+    gpu_memory_gb: float | None = opt("memory per accelerator in GiB, for fit checks (null: not a GPU)", gt=0)
+    ray_address: str | None = opt("the Ray cluster: an address (ray_cluster) or a dashboard URL (ray_job)")
+    rollout_tp: int = opt("rollout tensor parallel size: GPUs that hold one copy of the model for sampling", 1, ge=1)
+    gpu_memory_utilization: float = opt("share of each GPU's memory the rollout engine may take", 0.5, gt=0, le=1)
+    micro_batch_size_per_gpu: int = opt("sequences per forward/backward pass on each device", 4, ge=1)
+    param_offload: bool = opt("keep parameters in host memory between uses (slower, frees GPU memory)", False)
+    optimizer_offload: bool = opt("keep optimizer state in host memory between uses", False)
+    ref_param_offload: bool = opt("offload the reference model (it only runs forward passes)", True)
+    fsdp_strategy: Literal["fsdp", "fsdp2"] = opt("FSDP version: fsdp (FSDP1, verl's default) or fsdp2", "fsdp")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] | None = opt(
+        "attention kernel (null: the model's default, flash_attention_2)"
+    )
+    torch_compile: bool = opt("compile the model with torch.compile", True)
+    worker_processes: int = opt("worker processes per pool (SFT loaders; PPO reward, agent-loop, storage)", 8, ge=0)
+    dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
+    ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
+
+
+@dataclass
+class Logger:
+    name: str = doc("the logger option's name")
+    backends: list[str] = doc("the loggers the backend writes to (verl's trainer.logger names)")
+    env: list[str] = opt("environment variables the loggers read; passed through, never saved", [])
+
+
+@dataclass
+class Config:
+    """A composed, checked trainctl config. The backend nodes hold the backend's own keys, unchecked here."""
+
+    paths: Paths
+    run: Run
+    algorithm: Algorithm
+    model: Model
+    data: Data
+    hardware: Hardware
+    logger: Logger
+    verl: dict = field(default_factory=dict)
+    trl: dict = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return self.algorithm.family
+
+    def to_dict(self, backend_nodes: bool = False) -> dict:
+        """The trainctl sections as plain data (what the mapping tables and saved configs read)."""
+        out = dataclasses.asdict(self)
+        if not backend_nodes:
+            out.pop("verl")
+            out.pop("trl")
+        return out
+
+
+# the trainctl sections, in the order a person reads them
+SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "hardware", "logger", "run", "paths")
+BACKEND_NODES: tuple[str, ...] = ("verl", "trl")
+
+
+def section_class(name: str) -> type:
+    """The dataclass declaring a top-level section."""
+    return typing.get_type_hints(Config)[name]
+
+
+def from_dict(cls: type, data: dict) -> Any:
+    """Build a (checked) dataclass tree from plain data: nested dataclass fields become instances."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        target = _dataclass_type(hints[f.name])
+        kwargs[f.name] = from_dict(target, value) if target is not None and isinstance(value, dict) else value
+    return cls(**kwargs)
+
+
+def _dataclass_type(annotation: Any) -> type | None:
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return annotation
+    for a in typing.get_args(annotation):
+        found = _dataclass_type(a)
+        if found is not None:
+            return found
+    return None
