@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainctl.errors import TrainctlError
+
+# what a run's loss is called, by trainer (the last resort of run_summary when the family is unknown)
 LOSS_KEYS = ("train/loss", "actor/pg_loss", "critic/vf_loss", "train/rewards/accuracies")
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -41,13 +44,50 @@ def read_metrics(run_dir: Path) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
+def grouped_names(names: list[str]) -> list[str]:
+    """Metric names, compactly: those sharing a parent as parent/{a,b,c} (a PPO run logs ~70 names)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        parent, _, leaf = name.rpartition("/")
+        groups.setdefault(parent, []).append(leaf)
+    out = []
+    for parent, leaves in groups.items():
+        if not parent:
+            out += leaves
+        elif len(leaves) == 1:
+            out.append(f"{parent}/{leaves[0]}")
+        else:
+            out.append(f"{parent}/{{{','.join(leaves)}}}")
+    return out
+
+
+def unknown_metric(metric: str, logged: list[str], where: str, fix: str) -> TrainctlError | None:
+    """The error for a metric a run never logged: did-you-mean, and every name it did log. `fix` is the command to
+    suggest with {} where the metric goes."""
+    if metric in logged:
+        return None
+    import textwrap
+
+    from trainctl.suggest import closest
+
+    if not logged:
+        return TrainctlError(
+            f"{where} has no metrics logged, so none can be shown or ranked ({metric!r} asked for).",
+            hint="every trainctl run records them in runs/NAME/metrics/; a run started before this version did not",
+        )
+    guess = closest(metric, logged, n=1, cutoff=0.5)
+    details = [f"Did you mean '{guess[0]}'?"] if guess else []
+    details.append(f"Metrics logged ({len(logged)}):")
+    details += ["  " + line for line in textwrap.wrap(", ".join(grouped_names(logged)), 110)]
+    return TrainctlError(
+        f"{where} never logged the metric {metric!r}.",
+        details=details,
+        hint=fix.format(guess[0] if guess else logged[0]),
+    )
+
+
 def series(metrics: dict[int, dict], key: str) -> list[tuple[int, float]]:
     return [(s, float(m[key])) for s, m in metrics.items() if isinstance(m.get(key), int | float)]
-
-
-def loss_key(metrics: dict[int, dict]) -> str | None:
-    keys = {k for m in metrics.values() for k in m}
-    return next((k for k in LOSS_KEYS if k in keys), None)
 
 
 def sparkline(values: list[float], width: int = 60) -> str:
@@ -65,14 +105,27 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / span * (len(_BARS) - 1)))] for v in values)
 
 
-def loss_summary(run_dir: Path) -> list[str]:
+def run_summary(run_dir: Path, family: str | None = None) -> list[str]:
+    """The end-of-run lines: the loss (and for RL the reward) from first to last step, with a sparkline."""
+    from trainctl.runs.keys import key_metrics
+
     metrics = read_metrics(run_dir)
-    key = loss_key(metrics)
-    if not key:
-        return []
-    points = series(metrics, key)
-    values = [v for _, v in points]
-    return [
-        f"{key} over {len(points)} steps: {values[0]:.4g} -> {values[-1]:.4g} (min {min(values):.4g})",
-        "  " + sparkline(values),
-    ]
+    present = {k for m in metrics.values() for k in m}
+    keys = [k for km in key_metrics(family)[:2] if (k := km.pick(present))]
+    if not keys:
+        keys = [k for k in LOSS_KEYS if k in present][:1]
+    lines = []
+    for key in keys:
+        points = series(metrics, key)
+        values = [v for _, v in points]
+        if len(values) == 1:
+            lines.append(f"{key} at step {points[0][0]}: {values[0]:.4g}")
+            continue
+        if not values:
+            continue
+        lines += [
+            f"{key} over {len(values)} steps: {values[0]:.4g} -> {values[-1]:.4g} "
+            f"(min {min(values):.4g}, max {max(values):.4g})",
+            "  " + sparkline(values),
+        ]
+    return lines

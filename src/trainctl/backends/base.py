@@ -64,6 +64,8 @@ class Command:
     launcher: str = "local"
     # a longer equivalent written with the backend's own overrides (the raw command a user could type)
     raw_argv: list[str] = field(default_factory=list)
+    # where the backend has no raw command of its own: what the launch line runs instead (command.sh says so)
+    raw_note: str = ""
 
 
 @dataclass

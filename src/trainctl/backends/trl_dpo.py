@@ -24,6 +24,7 @@ from trainctl.facts.trl import DATA_KEYS, ENTRY
 if TYPE_CHECKING:
     from trainctl.plan import Plan
 
+
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
@@ -96,5 +97,10 @@ class TrlDPO(Backend):
             argv=[*launch, "--config", f"{run_dir}/{self.config_file}"],
             env=env,
             launcher=hw["launcher"],
-            raw_argv=[*launch, *self.raw_overrides(plan)],
+            # TRL's own `trl dpo` reads hub datasets by name, not these parquet files, and keeps no metrics record
+            raw_note=(
+                f"TRL has no command of its own for this run: the line above runs trainctl's TRL entry point "
+                f"({ENTRY}), which builds trl.DPOTrainer from {self.config_file} (DPOConfig and ModelConfig fields, "
+                f"the data files) and records metrics per step; it needs trainctl installed, not its CLI."
+            ),
         )

@@ -15,12 +15,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainctl import paths
-from trainctl.facts import verl as verl_facts
 from trainctl.backends.base import Backend, Command, key_paths, python_for, torchrun_for
+from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
+from trainctl.facts import verl as verl_facts
 
 if TYPE_CHECKING:
     from trainctl.plan import Plan
@@ -104,6 +105,25 @@ class _Verl(Backend):
     node = "verl"
     entry = ""
 
+    def build(self, comp, tc, problems):
+        """verl's config; its file logger is always on: a logger set by hand adds destinations, never removes the
+        run folder's metrics record (metrics/attempt-N.jsonl, which `trainctl runs` and `ckpt` read)."""
+        built = super().build(comp, tc, problems)
+        loggers = built.leaves.get("trainer.logger")
+        if loggers is not None:
+            names = [loggers] if isinstance(loggers, str) else list(loggers)
+            missing = [n for n in RUN_RECORD_LOGGERS if n not in names]
+            if missing:
+                built.leaves["trainer.logger"] = [*missing, *names]
+                OmegaConf.update(built.cfg, "trainer.logger", built.leaves["trainer.logger"], merge=False)
+        return built
+
+    def hydra_args(self, plan: Plan, config_dir: str | None) -> list[str]:
+        """verl's trainers are Hydra apps: without these, each run writes outputs/<date>/<time>/ (a copy of the
+        config and a log) into the folder trainctl was started from. The run folder already has both."""
+        where = config_dir or str(_run_dir(plan))
+        return [f"hydra.run.dir={where}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
     def env(self, plan: Plan) -> dict[str, str]:
         hw = plan.tc["hardware"]
         if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
@@ -112,7 +132,11 @@ class _Verl(Backend):
         return {}
 
     def config_args(self, plan: Plan, config_dir: str | None) -> list[str]:
-        return [f"--config-path={config_dir or _run_dir(plan)}", f"--config-name={Path(self.config_file).stem}"]
+        return [
+            f"--config-path={config_dir or _run_dir(plan)}",
+            f"--config-name={Path(self.config_file).stem}",
+            *self.hydra_args(plan, config_dir),
+        ]
 
 
 class VerlPPO(_Verl):
@@ -145,7 +169,7 @@ class VerlPPO(_Verl):
             argv=[python, "-m", self.entry, *self.config_args(plan, config_dir)],
             env=self.env(plan),
             launcher=plan.tc["hardware"]["launcher"],
-            raw_argv=[python, "-m", self.entry, *self.raw_overrides(plan)],
+            raw_argv=[python, "-m", self.entry, *self.raw_overrides(plan), *self.hydra_args(plan, config_dir)],
         )
 
 
@@ -178,7 +202,7 @@ class VerlSFT(_Verl):
             argv=[*launch, *self.config_args(plan, config_dir)],
             env=self.env(plan),
             launcher=hw["launcher"],
-            raw_argv=[*launch, *self.raw_overrides(plan)],
+            raw_argv=[*launch, *self.raw_overrides(plan), *self.hydra_args(plan, config_dir)],
         )
 
 

@@ -81,6 +81,8 @@ class Listing:
     root: Path
     checkpoints: list[Checkpoint]
     metrics_source: Path | None = None
+    # every metric name the run logged, at any step (not only at checkpoint steps)
+    logged: list[str] = field(default_factory=list)
 
     @property
     def latest(self) -> Checkpoint:
@@ -238,4 +240,5 @@ def list_checkpoints(target: Path) -> Listing:
     for c in found:
         c.latest = c.step == latest
         c.metrics = metrics.get(c.step, {}) if c.step is not None else {}
-    return Listing(root, found, source)
+    logged = sorted({k for values in metrics.values() for k in values})
+    return Listing(root, found, source, logged)

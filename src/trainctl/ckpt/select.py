@@ -17,10 +17,23 @@ def default_mode(metric: str) -> str:
     return "min" if any(w in metric.lower() for w in _LOWER) else "max"
 
 
+def require_metric(listing: Listing, metric: str, fix: str) -> None:
+    """A metric the run never logged is an error naming the ones it did (not an empty column or ranking)."""
+    from trainctl.metrics import unknown_metric
+
+    source = listing.metrics_source
+    # a trainctl run folder (runs/NAME/metrics), or the file the metrics came from
+    where = str(source.parent if source and source.name == "metrics" else source or listing.root)
+    error = unknown_metric(metric, listing.logged, where, fix)
+    if error:
+        raise CheckpointError(error.message, hint=error.hint, details=error.details)
+
+
 def best(listing: Listing, metric: str, mode: str | None = None) -> tuple[Checkpoint, float, str]:
     mode = mode or default_mode(metric)
     if mode not in ("min", "max"):
         raise CheckpointError(f"--mode {mode!r} is not min or max", hint="--mode max")
+    require_metric(listing, metric, f"trainctl ckpt best {listing.root} --metric {{}}")
     scored = [
         (float(c.metrics[metric]), c)
         for c in listing.checkpoints
@@ -65,6 +78,7 @@ def plan_prune(target: Path, keep_last: int, keep_best: str | None = None, mode:
         if c.latest:
             why.setdefault(c.path, []).append("latest")
     if keep_best:
+        require_metric(listing, keep_best, f"trainctl ckpt prune {target} --keep-last {keep_last} --keep-best {{}}")
         b, value, m = best(listing, keep_best, mode)
         why.setdefault(b.path, []).append(f"best {keep_best} ({m}) = {value:.4g}")
     keep = [(c, ", ".join(why[c.path])) for c in listing.checkpoints if c.path in why]

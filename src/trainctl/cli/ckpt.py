@@ -58,7 +58,8 @@ Examples:
   trainctl ckpt ls runs/grpo/checkpoints            verl's global_step_N folders
   trainctl ckpt ls out/dpo                          TRL's checkpoint-N folders
   trainctl ckpt ls .art/proj/models/agent-001       ART's checkpoints/NNNN adapters
-  trainctl ckpt ls runs/quickstart -m val/loss      show these metrics
+  trainctl ckpt ls runs/quickstart -m train/loss    show these metrics (a name the run never logged is an error
+                                                    that lists the ones it did)
 """,
 )
 def ls(
@@ -69,9 +70,12 @@ def ls(
     from rich.table import Table
 
     from trainctl.ckpt.layout import list_checkpoints
+    from trainctl.ckpt.select import require_metric
     from trainctl.cli.common import stdout_console
 
     listing = list_checkpoints(target)
+    for m in metric or []:
+        require_metric(listing, m, f"trainctl ckpt ls {target} -m {{}}")
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("step", "layout", "world", "holds", "lora r/alpha", "size", "metrics", "path"):
         table.add_column(col, justify="right" if col in ("step", "size") else "left")
@@ -196,7 +200,7 @@ def merge(
     epilog="""\
 \b
 Examples:
-  trainctl ckpt best runs/quickstart --metric val/loss         lowest val/loss (losses are minimised)
+  trainctl ckpt best runs/quickstart --metric train/loss       lowest train/loss (losses are minimised)
   trainctl ckpt best runs/grpo --metric critic/score/mean      highest mean reward (others are maximised)
   trainctl ckpt best out/dpo --metric eval_loss --mode min
 """,
@@ -220,7 +224,7 @@ def best(
 \b
 Examples:
   trainctl ckpt prune runs/grpo --keep-last 2                              shows what would go
-  trainctl ckpt prune runs/grpo --keep-last 2 --keep-best val/loss --yes   deletes
+  trainctl ckpt prune runs/grpo --keep-last 2 --keep-best critic/score/mean --yes   deletes
 The latest checkpoint and the best one are never deleted.
 """,
 )

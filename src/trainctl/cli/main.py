@@ -12,6 +12,7 @@ from trainctl.cli import config as config_cmd
 from trainctl.cli import data as data_cmd
 from trainctl.cli import jobs as jobs_cmd
 from trainctl.cli import model as model_cmd
+from trainctl.cli import runs as runs_cmd
 from trainctl.cli.common import OVERRIDE_CONTEXT
 from trainctl.cli.doctor import doctor
 from trainctl.cli.train import EPILOG as TRAIN_EPILOG
@@ -33,6 +34,7 @@ app.add_typer(data_cmd.app, name="data")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(ckpt_cmd.app, name="ckpt")
+app.add_typer(runs_cmd.app, name="runs")
 app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\

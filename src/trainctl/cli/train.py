@@ -42,6 +42,15 @@ def train(
     detach: Annotated[
         bool, typer.Option("--detach", help="with a Ray job: print the job id and return without following it")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="stream the trainer's whole output here instead of the live view (it is always "
+            "in runs/NAME/logs/attempt-N.log)",
+        ),
+    ] = False,
     config_dir: ConfigDirs = None,
 ) -> None:
     """Compose a config from groups, check it, and run it (or print the plan with --dry-run).
@@ -77,7 +86,7 @@ def train(
                 hint="do not change run.name or run.dir when resuming",
             )
         try:
-            _run(plan, point, resume is not None, detach)
+            _run(plan, point, resume is not None, detach, verbose)
         except RunFailed as e:
             if len(points) == 1:
                 raise
@@ -100,18 +109,41 @@ def _saved_args(folder: Path) -> list[str]:
     return list(run.status()["args"])
 
 
-def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
+def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> None:
+    import contextlib
+    import os
     import sys
 
     from trainctl.launch.checkpoints import latest_checkpoint
     from trainctl.launch.rundir import relative
     from trainctl.launch.runner import launch
-    from trainctl.metrics import loss_summary
+    from trainctl.metrics import run_summary
 
     typer.echo(f"Run {plan.tc['run']['name']}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
-    result = launch(
-        plan, args, resume=resume, detach=detach, echo=sys.stdout, notify=lambda n: typer.echo(f"Note: {n}", err=True)
-    )
+    views = []
+
+    def show(run, attempt) -> None:
+        # the live view reads the run folder as it grows; the raw stream goes to the log only
+        from trainctl.cli.live import RunView
+
+        title = f"{plan.tc['run']['name']} · {plan.tc['algorithm']['name']} · {plan.backend.title}"
+        views.append(RunView(run.path, attempt, plan.comp.family, title))
+        views[-1].start()
+
+    with contextlib.ExitStack() as stack:
+        echo = sys.stdout
+        if not verbose and not detach:
+            echo = stack.enter_context(open(os.devnull, "w"))
+            stack.callback(lambda: [v.stop() for v in views])
+        result = launch(
+            plan,
+            args,
+            resume=resume,
+            detach=detach,
+            echo=echo,
+            notify=lambda n: typer.echo(f"Note: {n}", err=True),
+            on_attempt=None if verbose or detach else show,
+        )
     folder = relative(result.run_dir)
     if result.state == "submitted":
         typer.echo(f"Submitted Ray job {result.job_id}; follow it with: trainctl jobs logs {result.job_id} --follow")
@@ -132,5 +164,5 @@ def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
     typer.echo(f"Finished {plan.tc['run']['name']} in {result.seconds:.0f} s. Run folder: {folder}")
     if ckpt:
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
-    for line in loss_summary(result.run_dir):
+    for line in run_summary(result.run_dir, plan.comp.family):
         typer.echo(line)

@@ -28,6 +28,8 @@ TRAINCTL_SECTIONS = ("paths", "run", "algorithm", "model", "data", "hardware", "
 BACKEND_NODES = ("verl", "trl")
 FAMILY_NODE = {"sft": "verl", "ppo": "verl", "dpo": "trl"}
 PRIMARY = "trainctl"
+# groups of which several options may be chosen at once (logger=[wandb,tensorboard]); their options add to dicts
+MULTI_CHOICE_GROUPS = ("logger",)
 
 _MISSING = object()
 
@@ -172,8 +174,9 @@ def _group_override(o: Override, search: SearchPath, problems: list[Problem]) ->
     if o.op != "set" or o.package:
         problems.append(Problem(f"'{o.raw}': a group is chosen with {group}=OPTION.", key=group))
         return None
-    choice = o.value
-    if not isinstance(choice, str) or choice not in options:
+    choices = o.value if group in MULTI_CHOICE_GROUPS and isinstance(o.value, list) and o.value else [o.value]
+    unknown = [c for c in choices if not isinstance(c, str) or c not in options]
+    for choice in unknown:
         guess = suggest_option(str(choice), options)
         problems.append(
             Problem(
@@ -183,7 +186,11 @@ def _group_override(o: Override, search: SearchPath, problems: list[Problem]) ->
                 hint=f"available {group} options: {', '.join(options)} (your own go in ./conf/{group}/NAME.yaml)",
             )
         )
+    if unknown:
         return None
+    if len(choices) > 1:
+        return f"{group}=[{','.join(choices)}]"  # Hydra merges the options in order
+    choice = choices[0]
     # recipes write anywhere in the config, so they are mounted at the root
     return f"recipe@_global_={choice}" if group == "recipe" else f"{group}={choice}"
 

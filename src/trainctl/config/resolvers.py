@@ -9,8 +9,12 @@ from omegaconf import OmegaConf
 # A mapped value equal to this is dropped: the backend keeps its own default.
 UNSET = "__trainctl_unset__"
 
+# The trainer loggers every run has, whatever logger options are chosen: its output (console, kept in logs/) and
+# its metrics per step (file: metrics/attempt-N.jsonl, what `trainctl runs` and `ckpt` read). Logger options add
+# destinations to these; they never remove the run's own record.
+RUN_RECORD_LOGGERS = ("console", "file")
 # trainctl's loggers that no TRL `report_to` integration covers (trainctl handles them itself).
-_TRAINCTL_ONLY_LOGGERS = {"console", "file"}
+_TRAINCTL_ONLY_LOGGERS = set(RUN_RECORD_LOGGERS)
 
 
 def _opt(value):
@@ -39,6 +43,27 @@ def _fn_name(spec):
     return name if file else "compute_score"
 
 
+def _plain(node):
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def _logger_backends(destinations):
+    """The trainer's logger names: the run's own record, then each chosen destination (logger=[wandb,mlflow])."""
+    names = list(_plain(destinations) or {})
+    return [*RUN_RECORD_LOGGERS, *(n for n in names if n not in RUN_RECORD_LOGGERS)]
+
+
+def _logger_name(destinations):
+    return "+".join(_plain(destinations) or {}) or "console"
+
+
+def _logger_env(destinations):
+    env: list[str] = []
+    for spec in (_plain(destinations) or {}).values():
+        env += [v for v in (spec or {}).get("env") or [] if v not in env]
+    return env
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -56,6 +81,9 @@ _RESOLVERS = {
     "tc.fn_file": _fn_file,
     "tc.fn_name": _fn_name,
     "tc.report_to": _report_to,
+    "tc.logger_backends": _logger_backends,
+    "tc.logger_name": _logger_name,
+    "tc.logger_env": _logger_env,
 }
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,20 @@ class Outcome:
 class Supervisor:
     """Runs one command to completion, streaming its output to the terminal and a log file."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, echo=None, tail_lines: int = 40):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        echo=None,
+        tail_lines: int = 40,
+        on_start: Callable[[int], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ):
+        """`on_start(pid)` is called once the trainer started, `on_tick()` about twice a second while it runs (both
+        on the calling thread: the run folder's heartbeat); a failure in either never stops the supervision."""
+        self.on_start = on_start
+        self.on_tick = on_tick
         self.argv = argv
         self.env = env
         self.log_path = log_path
@@ -154,6 +168,14 @@ class Supervisor:
                     p.wait(timeout=0.1)
         return len(procs)
 
+    @staticmethod
+    def _callback(fn, *args) -> None:
+        if fn is None:
+            return
+        # the status file could not be written (disk full, folder removed): the run goes on
+        with contextlib.suppress(OSError, ValueError):
+            fn(*args)
+
     # -- the run ---------------------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
@@ -178,6 +200,7 @@ class Supervisor:
             watcher.start()
             pump = threading.Thread(target=self._pump, args=(self._proc.stdout, log), daemon=True)
             pump.start()
+            self._callback(self.on_start, self._proc.pid)
             try:
                 deadline = None
                 while True:
@@ -186,6 +209,7 @@ class Supervisor:
                         break
                     except subprocess.TimeoutExpired:
                         pass
+                    self._callback(self.on_tick)
                     if self._interrupted is not None:
                         deadline = deadline or time.monotonic() + GRACE_SECONDS
                         if time.monotonic() > deadline:

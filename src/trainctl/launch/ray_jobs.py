@@ -8,12 +8,14 @@ by trainctl.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -134,8 +136,16 @@ def submit(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def follow(address: str, job_id: str, echo: TextIO, log_path: Path | None, env: dict[str, str]) -> JobInfo:
-    """Stream a job's logs until it ends; Ctrl-C stops the job. Returns its final state."""
+def follow(
+    address: str,
+    job_id: str,
+    echo: TextIO,
+    log_path: Path | None,
+    env: dict[str, str],
+    on_tick: Callable[[], None] | None = None,
+) -> JobInfo:
+    """Stream a job's logs until it ends; Ctrl-C stops the job. Returns its final state. `on_tick()` is called a few
+    times a second meanwhile (the run folder's heartbeat)."""
     client = _client(address)
     redact = Redactor(env)
     interrupted = threading.Event()
@@ -163,6 +173,9 @@ def follow(address: str, job_id: str, echo: TextIO, log_path: Path | None, env: 
             if interrupted.is_set():
                 client.stop_job(job_id)
                 break
+            if on_tick is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    on_tick()
             await asyncio.sleep(0.2)
         try:
             await asyncio.wait_for(task, timeout=30)

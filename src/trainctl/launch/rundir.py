@@ -5,10 +5,19 @@ runs/<name>/
   <backend>.yaml       the backend's config as the trainer reads it (verl_ppo.yaml, verl_sft.yaml, trl_dpo.yaml)
   command.sh           the exact launch, re-runnable; the equivalent raw backend command in a comment
   lock.json            versions (trainctl, verl, torch, transformers, trl, ray, Python) and the config's git commit
-  run.json             state and attempts: when, how, exit code, where the log is
+  run.json             the run's status file (below)
   logs/attempt-N.log   each attempt's output
-  metrics/attempt-N.jsonl  metrics per step ({"step": N, "data": {...}}, verl's file-logger format)
+  metrics/attempt-N.jsonl  metrics per step ({"step": N, "data": {...}}, verl's file-logger format), whatever the logger
   checkpoints/
+
+run.json, the one status file of a run (RunDir writes it; trainctl.runs reads it):
+  name, algorithm, family, backend, config_file, model, data, args, created
+  state     created | running | finished | failed | interrupted | submitted (a Ray job not followed)
+  attempts  one per launch: n, started, ended, launcher, log, metrics, steps_total (expected), state, exit_code,
+            seconds; a Ray job's job_id, address, job_status, message
+  live      while an attempt runs here: the supervising trainctl's pid and pid_started (its start time, so a reused
+            PID is not mistaken for it), trainer_pid, host, and heartbeat (epoch seconds), refreshed every
+            HEARTBEAT_SECONDS. A run whose state says running but whose supervisor is gone was killed.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +42,8 @@ if TYPE_CHECKING:
     from trainctl.plan import Plan
 
 RUN_FILE = "run.json"
+# how often a supervising trainctl refreshes run.json's heartbeat while its run is alive
+HEARTBEAT_SECONDS = 5.0
 
 
 def _now() -> str:
@@ -81,6 +93,8 @@ class RunDir:
                 "family": plan.comp.family,
                 "backend": plan.backend.name,
                 "config_file": plan.backend.config_file,
+                "model": plan.tc["model"]["name"],
+                "data": plan.tc["data"]["name"],
                 "args": [redact.text(a) for a in args],
                 "created": previous.get("created", _now()),
                 "state": "created",
@@ -93,6 +107,10 @@ class RunDir:
         env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in command.env.items())
         argv = " ".join(shlex.quote(a) for a in command.argv)
         raw = " ".join(shlex.quote(redact.text(a)) for a in command.raw_argv)
+        if command.raw_argv:
+            alone = f"# The same run with {plan.backend.title} alone (its defaults plus these overrides):\n# {raw}\n"
+        else:
+            alone = "".join(f"# {line}\n" for line in textwrap.wrap(command.raw_note, 116))
         text = (
             "#!/usr/bin/env bash\n"
             "# Re-runs this run's trainer exactly as trainctl launched it. Written by trainctl.\n"
@@ -102,8 +120,7 @@ class RunDir:
             f"{env}"
             f"exec {argv}\n"
             "\n"
-            f"# The same run with {plan.backend.title} alone (its defaults plus these overrides):\n"
-            f"# {raw}\n"
+            f"{alone}"
         )
         path = self.path / "command.sh"
         atomic_write_text(path, text)
@@ -127,6 +144,11 @@ class RunDir:
         self._save_status(status)
         return attempt
 
+    def set_state(self, state: str) -> None:
+        status = self.status()
+        status["state"] = state
+        self._save_status(status)
+
     def update_attempt(self, **fields: Any) -> None:
         status = self.status()
         status["attempts"][-1].update(fields)
@@ -136,7 +158,38 @@ class RunDir:
         status = self.status()
         status["attempts"][-1].update(ended=_now(), exit_code=exit_code, state=state, **fields)
         status["state"] = state
+        status.pop("live", None)
         self._save_status(status)
+
+    # -- liveness -----------------------------------------------------------------------------------------------
+
+    def set_live(self, trainer_pid: int | None = None) -> None:
+        """This process supervises the run now: record it, with the first heartbeat."""
+        import socket
+
+        import psutil
+
+        me = psutil.Process()
+        status = self.status()
+        status["live"] = {
+            "pid": me.pid,
+            "pid_started": me.create_time(),
+            "trainer_pid": trainer_pid,
+            "host": socket.gethostname(),
+            "heartbeat": time.time(),
+        }
+        self._save_status(status)
+        self._last_beat = time.monotonic()
+
+    def beat(self) -> None:
+        """Refresh the heartbeat (at most every HEARTBEAT_SECONDS; cheap to call often)."""
+        if time.monotonic() - getattr(self, "_last_beat", 0.0) < HEARTBEAT_SECONDS:
+            return
+        self._last_beat = time.monotonic()
+        status = self.status()
+        if "live" in status:
+            status["live"]["heartbeat"] = time.time()
+            self._save_status(status)
 
     def log_path(self, attempt: dict) -> Path:
         return self.path / attempt["log"]

@@ -7,6 +7,7 @@ starts (preflight); the trainer's own failures come back with its exit code and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -62,14 +63,19 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)
+    # every logger writes inside the run folder: the trainers' defaults are relative to the working directory
+    # (verl: tensorboard_log/, TRL: checkpoints/runs/, MLflow: ./mlruns or /tmp/mlruns.db)
     backends = plan.tc["logger"]["backends"]
     if "tensorboard" in backends:
-        env["TENSORBOARD_DIR"] = str(run / "tensorboard")
+        env["TENSORBOARD_DIR"] = str(run / "tensorboard")  # verl
+        env["TENSORBOARD_LOGGING_DIR"] = str(run / "tensorboard")  # transformers' TensorBoardCallback (TRL)
     if "wandb" in backends:
         env["WANDB_DIR"] = str(run)
         env.setdefault("WANDB_PROJECT", str(plan.tc["run"]["project"]))
     if "mlflow" in backends:
         env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.tc["run"]["project"]))
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run / 'mlflow.db'}"
     if plan.backend.node == "trl" and hw["launcher"] != "local":
         # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: hw[k] for k in ("nnodes", "gpus_per_node", "device")})
@@ -146,6 +152,38 @@ def sft_steps_per_epoch(plan: Plan) -> int | None:
     return (rows // dp) // per_rank_batch if per_rank_batch else None
 
 
+def expected_steps(plan: Plan) -> int | None:
+    """The optimizer steps the run will take, as the trainer counts them (the live view's total; the trainer's own
+    "Total steps: N" line, where it prints one, corrects it). None when the data's size is unknown."""
+    family = plan.comp.family
+    if family == "sft":
+        per_epoch = sft_steps_per_epoch(plan)
+        limit = plan.value("trainer.total_training_steps")
+        return limit or (per_epoch * plan.value("trainer.total_epochs") if per_epoch else None)
+    rows = plan.rows("train")
+    if family == "ppo":
+        limit = plan.value("trainer.total_training_steps")
+        if limit:
+            return limit
+        if rows is None:
+            return None
+        most = plan.value("data.train_max_samples")
+        rows = min(rows, most) if isinstance(most, int) and most > 0 else rows
+        batch = plan.value("data.gen_batch_size") or plan.value("data.train_batch_size")
+        return rows // batch * plan.value("trainer.total_epochs") if batch else None
+    if family == "dpo":
+        if (plan.value("max_steps") or -1) > 0:
+            return plan.value("max_steps")
+        if rows is None:
+            return None
+        hw = plan.tc["hardware"]
+        world = hw["nnodes"] * hw["gpus_per_node"]
+        batches = math.ceil(rows / (plan.value("per_device_train_batch_size") * world))
+        per_epoch = math.ceil(batches / (plan.value("gradient_accumulation_steps") or 1))
+        return math.ceil(per_epoch * plan.value("num_train_epochs"))
+    return None
+
+
 def prepare_sft_resume(plan: Plan) -> tuple[str | None, bool]:
     """Make verl's SFT resume train what it should. Returns (note, already finished).
 
@@ -190,6 +228,13 @@ def config_changes(plan: Plan, saved: Path) -> list[str]:
     return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
 
 
+def _expected_steps(plan: Plan) -> int | None:
+    try:
+        return expected_steps(plan)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None  # an estimate for the live view, never a reason not to run
+
+
 # -- launching ----------------------------------------------------------------------------------------------------
 
 
@@ -200,8 +245,10 @@ def launch(
     detach: bool = False,
     echo: TextIO | None = None,
     notify: Callable[[str], None] | None = None,
+    on_attempt: Callable[[RunDir, dict], None] | None = None,
 ) -> RunResult:
-    """Run a checked plan. `echo` receives the trainer's output; `notify` what trainctl decided on the way."""
+    """Run a checked plan. `echo` receives the trainer's output; `notify` what trainctl decided on the way;
+    `on_attempt(run, attempt)` is called once the attempt is recorded and its trainer about to start."""
     echo = echo or sys.stdout
     notes: list[str] = []
 
@@ -240,10 +287,15 @@ def launch(
     env = {**os.environ, **command.env}
 
     if hw["launcher"] == "ray_job":
-        return _launch_job(plan, run, command, env, detach, echo, notes)
+        return _launch_job(plan, run, command, env, detach, echo, notes, on_attempt)
 
-    attempt = run.start_attempt(command)
-    outcome = Supervisor(command.argv, env, run.log_path(attempt), echo=echo, tail_lines=400).run()
+    attempt = run.start_attempt(command, steps_total=_expected_steps(plan))
+    if on_attempt:
+        on_attempt(run, attempt)
+    supervisor = Supervisor(
+        command.argv, env, run.log_path(attempt), echo=echo, tail_lines=400, on_start=run.set_live, on_tick=run.beat
+    )
+    outcome = supervisor.run()
     if outcome.interrupted is not None:
         state, code = "interrupted", EXIT_INTERRUPTED
     elif outcome.exit_code == 0:
@@ -255,7 +307,9 @@ def launch(
     return RunResult(run.path, state, code, seconds=outcome.seconds, tail=tail, notes=notes)
 
 
-def _launch_job(plan: Plan, run: RunDir, command: Command, env: dict, detach: bool, echo, notes) -> RunResult:
+def _launch_job(
+    plan: Plan, run: RunDir, command: Command, env: dict, detach: bool, echo, notes, on_attempt=None
+) -> RunResult:
     import shlex
     import time
 
@@ -272,11 +326,15 @@ def _launch_job(plan: Plan, run: RunDir, command: Command, env: dict, detach: bo
     job_id = ray_jobs.submit(
         address, entrypoint, {config_file: run.path / config_file}, job_env, plan.tc["run"]["name"]
     )
-    attempt = run.start_attempt(command, job_id=job_id, address=address)
+    attempt = run.start_attempt(command, job_id=job_id, address=address, steps_total=_expected_steps(plan))
     if detach:
         run.update_attempt(state="submitted")
+        run.set_state("submitted")
         return RunResult(run.path, "submitted", 0, job_id=job_id, notes=notes)
-    info = ray_jobs.follow(address, job_id, echo, run.log_path(attempt), env)
+    run.set_live()
+    if on_attempt:
+        on_attempt(run, attempt)
+    info = ray_jobs.follow(address, job_id, echo, run.log_path(attempt), env, on_tick=run.beat)
     state = {"SUCCEEDED": "finished", "STOPPED": "interrupted"}.get(info.status, "failed")
     code = {"finished": 0, "interrupted": EXIT_INTERRUPTED}.get(state, EXIT_RUN_FAILED)
     seconds = time.monotonic() - start

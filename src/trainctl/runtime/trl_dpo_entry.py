@@ -17,16 +17,17 @@ from pathlib import Path
 
 def _metrics_callback(path: str | None):
     from transformers import TrainerCallback
+    from transformers.integrations.integration_utils import rewrite_logs
 
     class JsonlMetrics(TrainerCallback):
-        """Metrics per logging step, in verl's file-logger format ({"step": N, "data": {...}})."""
+        """Metrics per logging step, in verl's file-logger format ({"step": N, "data": {...}}), under the names
+        TRL's own wandb/TensorBoard integrations give them (train/loss, train/rewards/margins, eval/loss)."""
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if path and state.is_world_process_zero and logs:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-                data = {f"train/{k}" if "/" not in k else k: v for k, v in logs.items()}
                 with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"step": state.global_step, "data": data}) + "\n")
+                    fh.write(json.dumps({"step": state.global_step, "data": rewrite_logs(logs)}) + "\n")
 
     return JsonlMetrics()
 
