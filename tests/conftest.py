@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run)
+pytest_plugins = ["tests.real_runs"]
+
 # Credentials and cluster addresses from the developer's shell must not leak into tests.
 _SCRUBBED = ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "HF_ENDPOINT", "TRAINCTL_DEBUG", "MLFLOW_TRACKING_URI")
 

@@ -49,22 +49,18 @@ def _train(made: Path, *overrides: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def sft_runs(made) -> dict[int, Path]:
-    """world size -> a verl SFT run folder with global_step_2 and global_step_4."""
-    runs = {}
-    for world in (1, 2):
-        _train(made, *SFT, f"hardware.gpus_per_node={world}", f"run.name=sft-ws{world}")
-        runs[world] = made / "work" / "runs" / f"sft-ws{world}"
-    return runs
+def sft_runs(made, sft_run) -> dict[int, Path]:
+    """world size -> a verl SFT run folder with global_step_2 and global_step_4 (world size 1: the session's shared
+    SFT run, tests/real_runs.py)."""
+    _train(made, *SFT, "hardware.gpus_per_node=2", "run.name=sft-ws2")
+    return {1: sft_run.path, 2: made / "work" / "runs" / "sft-ws2"}
 
 
 @pytest.fixture(scope="session")
-def dpo_runs(made) -> dict[str, Path]:
-    runs = {}
-    for kind in ("full", "lora"):
-        _train(made, *DPO, f"use_peft={str(kind == 'lora').lower()}", f"run.name=dpo-{kind}")
-        runs[kind] = made / "work" / "runs" / f"dpo-{kind}"
-    return runs
+def dpo_runs(made, dpo_run) -> dict[str, Path]:
+    """full: the session's shared DPO run (checkpoint-8 and -16); lora: checkpoint-2 and -4."""
+    _train(made, *DPO, "use_peft=true", "run.name=dpo-lora")
+    return {"full": dpo_run.path, "lora": made / "work" / "runs" / "dpo-lora"}
 
 
 def make_adapter(base: Path, out: Path, seed: int, zero: bool = False) -> Path:

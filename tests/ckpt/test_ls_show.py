@@ -87,7 +87,8 @@ def test_best_and_prune(cli, sft_runs, tmp_path):
     assert "(min)" in result.stderr
 
     typo = cli("ckpt", "best", str(run), "--metric", "val/los")
-    assert typo.exit_code == 1 and "no checkpoint" in typo.stderr and "--metric val/loss" in typo.stderr
+    assert typo.exit_code == 1 and "never logged the metric 'val/los'" in typo.stderr
+    assert "Did you mean 'val/loss'?" in typo.stderr and "--metric val/loss" in typo.stderr
 
     shown = cli("ckpt", "prune", str(run), "--keep-last", "1")
     assert shown.exit_code == 0 and "would delete" in shown.stdout

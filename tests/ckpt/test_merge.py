@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.ckpt.conftest import make_adapter
+from trainctl.ckpt.layout import list_checkpoints
 
 
 def _load(folder):
@@ -107,7 +108,7 @@ def test_merge_trl_full_checkpoint(cli, dpo_runs, tmp_path):
     result = cli("ckpt", "merge", str(dpo_runs["full"]), "--out", str(out), "--dtype", "bf16")
     assert result.exit_code == 0, result.output
     model, _ = _load(out)
-    trained, _ = _load(dpo_runs["full"] / "checkpoints" / "checkpoint-4")
+    trained, _ = _load(list_checkpoints(dpo_runs["full"]).latest.path)
     for k, v in trained.state_dict().items():
         assert torch.equal(model.state_dict()[k], v.to(torch.bfloat16)), k
     _generates(out)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-# 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
-FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
-FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
+from tests.real_runs import FAST_DPO, FAST_SFT
+
+__all__ = ["FAST_DPO", "FAST_SFT"]
 
 
 @pytest.fixture

@@ -9,11 +9,13 @@ from trainctl.metrics import read_metrics, series
 
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
-def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path):
-    name = f"dpo-{'lora' if peft else 'full'}"
-    result = cli("train", *FAST_DPO, f"run.name={name}", f"use_peft={str(peft).lower()}")
-    assert result.exit_code == 0, result.output
-    run = tmp_path / "work" / "runs" / name
+def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path, request):
+    if peft:
+        result = cli("train", *FAST_DPO, "run.name=dpo-lora", "use_peft=true")
+        assert result.exit_code == 0, result.output
+        run = tmp_path / "work" / "runs" / "dpo-lora"
+    else:
+        run = request.getfixturevalue("dpo_run").path  # the session's full DPO run (tests/real_runs.py), shared
     losses = [v for _, v in series(read_metrics(run), "train/loss")]
     assert len(losses) == 16
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.02, losses

@@ -13,7 +13,7 @@ import psutil
 from tests.launch.conftest import FAST_SFT
 
 
-def test_interrupt_leaves_no_processes(ready, tmp_path):
+def test_interrupt_leaves_no_processes(ready, tmp_path, cli):
     env = dict(os.environ)
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainctl", "train", *FAST_SFT, "run.epochs=50", "run.name=ctrlc"],
@@ -41,3 +41,5 @@ def test_interrupt_leaves_no_processes(ready, tmp_path):
     assert "was interrupted; every process it started was stopped" in out
     alive = [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"left behind: {alive}"
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("ctrlc "))
+    assert " interrupted " in row, row

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
+from tests.real_runs import FAST_RL
 from trainctl.metrics import read_metrics
 
-REWARD = Path(__file__).with_name("partial_reward.py")
-FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
 # what each algorithm must log beyond reward, entropy, the policy loss and the policy's KL from its old self
 EXTRA = {
     "grpo": ["actor/kl_loss"],  # GRPO regularises with a KL loss
@@ -30,10 +27,13 @@ SLOW = pytest.mark.slow
     ["grpo", "ppo", "dapo", "gspo"]
     + [pytest.param(a, marks=SLOW) for a in ("rloo", "reinforce_pp", "remax", "drgrpo")],
 )
-def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path):
-    result = cli("train", *FAST_RL, f"algorithm={algorithm}", f"run.name={algorithm}")
-    assert result.exit_code == 0, result.output[-4000:]
-    run = tmp_path / "work" / "runs" / algorithm
+def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path, request):
+    if algorithm == "grpo":
+        run = request.getfixturevalue("grpo_run").path  # the session's GRPO run (tests/real_runs.py), shared
+    else:
+        result = cli("train", *FAST_RL, f"algorithm={algorithm}", f"run.name={algorithm}")
+        assert result.exit_code == 0, result.output[-4000:]
+        run = tmp_path / "work" / "runs" / algorithm
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2], sorted(metrics)
     for key in ["critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/ppo_kl", *EXTRA[algorithm]]:

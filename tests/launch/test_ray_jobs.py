@@ -101,7 +101,10 @@ def _job(address: str) -> list[str]:
 def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path):
     result = cli("train", *FAST_SFT, "run.max_steps=2", "run.name=rayjob", *_job(cluster))
     assert result.exit_code == 0, result.output
-    assert "train/loss" in result.stdout, "the job's logs are streamed"
+    assert "step 2/2 (100%)" in result.stdout, "the live view follows the job"
+    assert "step:2 - " in (tmp_path / "work" / "runs" / "rayjob" / "logs" / "attempt-1.log").read_text(), (
+        "the job's logs are streamed into the run's log"
+    )
     run = tmp_path / "work" / "runs" / "rayjob"
     assert (run / "checkpoints" / "global_step_2").is_dir()
     attempt = json.loads((run / "run.json").read_text())["attempts"][0]
@@ -138,9 +141,14 @@ def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
         if "RUNNING" in cli("jobs", "status", job_id, "--address", cluster).stdout:
             break
         time.sleep(1)
+    # `runs ls` asks the Jobs API about a detached job's run
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("raystop "))
+    assert f"running (Ray job {job_id})" in row, row
     stopped = cli("jobs", "stop", job_id, "--address", cluster)
     assert stopped.exit_code == 0, stopped.output
     assert stopped.stdout.strip() == f"{job_id}: STOPPED"
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("raystop "))
+    assert f"stopped (Ray job {job_id})" in row, row
 
 
 def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):

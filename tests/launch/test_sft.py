@@ -72,15 +72,13 @@ def test_an_existing_run_is_not_overwritten(cli, ready, tmp_path):
     )
 
 
-def test_a_failing_trainer_reports_its_exit_code_and_log_tail(cli, ready, tmp_path):
-    boom = tmp_path / "boom.py"
-    boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n")
-    result = cli("train", *FAST_SFT, "run.name=boom", f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom")
-    assert result.exit_code == 3, result.output
-    assert "Error: the trainer exited with code 1. Last lines of its log:" in result.stderr
-    assert "RuntimeError: boom: bad dataset" in result.stderr
-    assert "Hint: the whole log is in runs/boom/logs/" in result.stderr
-    status = json.loads((tmp_path / "work" / "runs" / "boom" / "run.json").read_text())
+def test_a_failing_trainer_reports_its_exit_code_and_log_tail(failed_run):
+    # the session's failing run (tests/real_runs.py): its exit code was 3
+    out = failed_run.output
+    assert "Error: the trainer exited with code 1. Last lines of its log:" in out
+    assert "RuntimeError: boom: bad dataset" in out
+    assert "Hint: the whole log is in runs/boom/logs/" in out
+    status = json.loads((failed_run.path / "run.json").read_text())
     assert status["state"] == "failed" and status["attempts"][0]["exit_code"] == 1
 
 

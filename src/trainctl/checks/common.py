@@ -34,7 +34,7 @@ def check_logger_names(plan: Plan, key: str) -> list[Problem]:
                     f"{key} has {name!r}, which verl's tracker does not know.",
                     key=key,
                     details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(facts.LOGGERS)}"],
-                    hint="choose a logger option: logger=console|wandb|tensorboard|file|mlflow",
+                    hint="choose logger options: logger=wandb (or console, tensorboard, mlflow; several: logger=[wandb,mlflow])",
                 )
             )
     return problems

@@ -122,9 +122,11 @@ class RunView:
         with self._lock:
             now = time.time()
             backlog = first and self.attach
-            for line in self.log.read():
-                self.progress.add_line(line, now)
             self.progress.add_metrics(self.metrics.read(), now, backlog=backlog)
+            # verl's console lines are the metrics' only source where the file is not here (a Ray job's node)
+            self.progress.console_source = not self.metrics.path.exists()
+            for line in self.log.read():
+                self.progress.add_line(line, now, backlog=backlog)
             if time.monotonic() - self._gpu_at > GPU_SECONDS:
                 self.gpus = gpu_stats()
                 self._gpu_at = time.monotonic()

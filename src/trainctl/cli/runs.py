@@ -108,6 +108,7 @@ def show(
 
 def _follow(path: Path) -> None:
     from trainctl.cli.live import follow
+    from trainctl.errors import TrainctlError
     from trainctl.runs.progress import fmt_seconds
     from trainctl.runs.status import read_run
 
@@ -116,6 +117,13 @@ def _follow(path: Path) -> None:
         typer.echo(f"{info.name} is not running ({_status(info)}); its last state:", err=True)
         _show(info, False)
         return
+    last = info.attempts[-1] if info.attempts else {}
+    if last.get("job_id") and not info.live:
+        # a detached Ray job: nothing here writes its log; the cluster streams it
+        raise TrainctlError(
+            f"{info.name} runs as Ray job {last['job_id']}, submitted with --detach: its output is on the cluster.",
+            hint=f"trainctl jobs logs {last['job_id']} --follow --address {last.get('address', 'ADDRESS')}",
+        )
     typer.echo(f"Following {info.name} ({_status(info)}); Ctrl-C stops following, not the run.", err=True)
     try:
         final = follow(path)

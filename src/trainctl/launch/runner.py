@@ -290,6 +290,7 @@ def launch(
         return _launch_job(plan, run, command, env, detach, echo, notes, on_attempt)
 
     attempt = run.start_attempt(command, steps_total=_expected_steps(plan))
+    run.set_live()  # from now on the run says running: its supervisor (this process) must be on record
     if on_attempt:
         on_attempt(run, attempt)
     supervisor = Supervisor(

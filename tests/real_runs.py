@@ -1,0 +1,142 @@
+"""Real CPU training runs made once per session and shared by every test that reads them (each costs 20-100 s).
+
+Each is started the way a user starts one: `python -m trainctl train ...` in a fresh working directory (which must
+hold only runs/ afterwards), SFT and GRPO under a pseudo-terminal (the live view draws), DPO and the wandb run with
+stdout a pipe (plain progress lines). Tests read the run folders; they must not change them (copy what they damage).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
+# 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
+FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
+FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
+FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
+TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
+
+
+@dataclass
+class RealRun:
+    work: Path  # the working directory it was started from
+    path: Path  # its run folder
+    output: str  # everything trainctl printed (a terminal's bytes, control codes included, for a pty run)
+    exit_code: int
+    seconds: float
+
+
+@dataclass
+class Home:
+    root: Path
+    cache: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "TRAINCTL_HOME": str(self.root / "home"),
+            "TRAINCTL_CACHE": str(self.cache),
+            "HOME": str(self.root),
+            "WANDB_MODE": "offline",
+            "HF_HUB_OFFLINE": "1",
+            "TERM": "xterm-256color",
+        }
+        for var in ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "TRAINCTL_DEBUG", "COLUMNS", "LINES", "WANDB_DIR"):
+            env.pop(var, None)
+        env.update(extra)
+        return env
+
+
+def trainctl(*args: str) -> list[str]:
+    return [sys.executable, "-m", "trainctl", *args]
+
+
+def run_in_terminal(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run a command with a pseudo-terminal as its stdin, stdout and stderr; returns (exit code, what it drew)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *TERMINAL, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every holder of the terminal's other side has exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(), b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def train(home: Home, name: str, *args: str, terminal: bool = False, expect: int = 0, **env: str) -> RealRun:
+    work = home.root / f"work-{name}"
+    work.mkdir()
+    argv = trainctl("train", *args, f"run.name={name}")
+    start = time.monotonic()
+    if terminal:
+        code, output = run_in_terminal(argv, work, home.env(**env))
+    else:
+        proc = subprocess.run(argv, cwd=work, env=home.env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        code, output = proc.returncode, proc.stdout.decode("utf-8", errors="replace")
+    run = RealRun(work, work / "runs" / name, output, code, time.monotonic() - start)
+    (home.root / f"{name}.out").write_text(output)  # beside, not inside, the working directory: for a failure's reader
+    assert code == expect, f"trainctl train {' '.join(args)} exited {code}:\n{output[-4000:]}"
+    return run
+
+
+@pytest.fixture(scope="session")
+def real_home(tmp_path_factory, tiny_model_dir, arith_data_dir, session_dir) -> Home:
+    """A trainctl home with the tiny model and the arith data in place, outside every run's working directory."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("real")
+    shutil.copytree(tiny_model_dir, root / "home" / "models" / "tiny")
+    shutil.copytree(arith_data_dir, root / "home" / "data" / "arith")
+    return Home(root, session_dir / "cache")
+
+
+@pytest.fixture(scope="session")
+def sft_run(real_home) -> RealRun:
+    """verl SFT, 4 steps, checkpoints and validation at 2 and 4, logger=console, in a terminal (the live view)."""
+    return train(real_home, "sft", *FAST_SFT, "run.save_every=2", "run.val_every=2", "logger=console", terminal=True)
+
+
+@pytest.fixture(scope="session")
+def grpo_run(real_home) -> RealRun:
+    """verl main_ppo GRPO, 2 steps, checkpoints at 1 and 2, logger=console, in a terminal (the live view)."""
+    return train(real_home, "grpo", *FAST_RL, "run.save_every=1", "logger=console", terminal=True)
+
+
+@pytest.fixture(scope="session")
+def dpo_run(real_home) -> RealRun:
+    """TRL DPO, 16 steps, checkpoints at 8 and 16, logger=console, stdout a pipe (plain progress lines)."""
+    return train(real_home, "dpo", *FAST_DPO, "run.save_every=8", "logger=console", TRAINCTL_PROGRESS_EVERY="0")
+
+
+@pytest.fixture(scope="session")
+def wandb_run(real_home) -> RealRun:
+    """verl SFT, 3 steps, logged to wandb (offline) and TensorBoard besides the run folder; stdout a pipe."""
+    return train(
+        real_home, "wb", *FAST_SFT, "run.max_steps=3", "logger=[wandb,tensorboard]", TRAINCTL_PROGRESS_EVERY="0"
+    )
+
+
+@pytest.fixture(scope="session")
+def failed_run(real_home) -> RealRun:
+    """verl SFT whose dataset class raises once the trainer has started: trainctl exits 3."""
+    boom = real_home.root / "boom.py"
+    boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n")
+    return train(real_home, "boom", *FAST_SFT, f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom", expect=3)
