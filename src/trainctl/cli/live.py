@@ -30,6 +30,13 @@ GPU_SECONDS = 2.0
 PLAIN_EVERY_SECONDS = 30.0
 
 
+def _relative(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
 def plain_every() -> float:
     try:
         return float(os.environ.get("TRAINCTL_PROGRESS_EVERY", PLAIN_EVERY_SECONDS))
@@ -71,7 +78,6 @@ class RunView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._live = None
-        self._console = None
         self._pending_alerts: list[Alert] = []
         self._lock = threading.Lock()
 
@@ -89,8 +95,8 @@ class RunView:
             from rich.console import Console
             from rich.live import Live
 
-            self._console = Console(file=self.out, force_terminal=True, width=self.width, highlight=False)
-            self._live = Live(self.render(), console=self._console, refresh_per_second=4, transient=False)
+            console = Console(file=self.out, force_terminal=True, width=self.width, highlight=False)
+            self._live = Live(self.render(), console=console, refresh_per_second=4, transient=False)
             self._live.start()
         self.poll(first=True)
         self._thread = threading.Thread(target=self._loop, name="trainctl-live-view", daemon=True)
@@ -101,12 +107,17 @@ class RunView:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.poll()
-        if self._live is not None:
-            self._live.update(self.render(), refresh=True)
-            self._live.stop()
-        elif self.progress.done and self._printed_step != self.progress.done:
-            self._plain_line()
+        try:
+            self.poll()
+            if self._live is not None:
+                self._live.update(self.render(), refresh=True)
+            elif self.progress.done and self._printed_step != self.progress.done:
+                self._plain_line()
+        except Exception as e:  # the run's own outcome matters more than the view's last frame
+            self._write(f"(live view: {e!r})\n")
+        finally:
+            if self._live is not None:
+                self._live.stop()
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
@@ -180,7 +191,7 @@ class RunView:
         speed = self._speed()
         if speed:
             parts.append(Text.assemble(("speed         ", "cyan"), speed))
-        parts.append(Text(f"log: {self.log.path}  (trainctl train -v streams it)", style="dim"))
+        parts.append(Text(f"log: {_relative(self.log.path)}  (trainctl train -v streams it)", style="dim"))
         return Group(*parts)
 
     def _speed(self) -> str:
