@@ -156,9 +156,11 @@ class Hardware:
 
 @dataclass
 class Logger:
-    name: str = doc("the logger option's name")
-    backends: list[str] = doc("the loggers the backend writes to (verl's trainer.logger names)")
+    # name, backends and env follow from `destinations` (conf/trainctl.yaml); several logger options fill it at once
+    name: str = doc("the chosen logger options, e.g. wandb+tensorboard (console: nothing beyond the run folder)")
+    backends: list[str] = doc("the loggers the backend writes to (verl's trainer.logger names): console, file, ...")
     env: list[str] = opt("environment variables the loggers read; passed through, never saved", [])
+    destinations: dict[str, dict] = opt("where metrics go besides the run folder: name -> {env: [...]}", {})
 
 
 @dataclass
