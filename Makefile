@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e '.[test]'
 	@# bytecode for our own modules: with PYTHONDONTWRITEBYTECODE set, every command would recompile them
 	$(BIN)/python -m compileall -q src
+	@# the schemas of verl's and TRL's config dataclasses, read once (importing them takes seconds), so that a
+	@# config's first check answers within a second
+	$(BIN)/python -c "from trainctl.backends.schemas import trl_schemas, verl_schemas; verl_schemas(); trl_schemas()"
 	@touch $(STAMP)
 
 .PHONY: install

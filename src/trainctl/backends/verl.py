@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from trainctl import paths
-from trainctl.facts import verl as verl_facts
-from trainctl.backends.base import Backend, Command, key_paths, python_for, torchrun_for
+from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, torchrun_for
 from trainctl.errors import ConfigProblems, Problem
+from trainctl.facts import verl as verl_facts
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.config.schema import Config
 
 
 def verl_config_dir() -> Path:
@@ -96,23 +96,23 @@ def _overrides(group_choices: dict[str, str]) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in sorted(group_choices.items()))
 
 
-def _run_dir(plan: Plan) -> Path:
-    return Path(plan.tc["run"]["dir"]).expanduser().resolve()
+def _run_dir(cfg: Config) -> Path:
+    return Path(cfg.run.dir).expanduser().resolve()
 
 
 class _Verl(Backend):
     node = "verl"
     entry = ""
 
-    def env(self, plan: Plan) -> dict[str, str]:
-        hw = plan.tc["hardware"]
-        if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
+    def env(self, cfg: Config) -> dict[str, str]:
+        hw = cfg.hardware
+        if hw.launcher == "ray_cluster" and hw.ray_address:
             # the driver's ray.init() joins the cluster named by RAY_ADDRESS
-            return {"RAY_ADDRESS": str(hw["ray_address"])}
+            return {"RAY_ADDRESS": str(hw.ray_address)}
         return {}
 
-    def config_args(self, plan: Plan, config_dir: str | None) -> list[str]:
-        return [f"--config-path={config_dir or _run_dir(plan)}", f"--config-name={Path(self.config_file).stem}"]
+    def config_args(self, cfg: Config, config_dir: str | None) -> list[str]:
+        return [f"--config-path={config_dir or _run_dir(cfg)}", f"--config-name={Path(self.config_file).stem}"]
 
 
 class VerlPPO(_Verl):
@@ -131,21 +131,21 @@ class VerlPPO(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
-    def env(self, plan: Plan) -> dict[str, str]:
-        if plan.tc["hardware"]["launcher"] == "local":
+    def env(self, cfg: Config) -> dict[str, str]:
+        if cfg.hardware.launcher == "local":
             # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
             # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ...")
             return {"RAY_ADDRESS": "local"}
-        return super().env(plan)
+        return super().env(cfg)
 
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         # main_ppo starts (or joins) Ray itself
         python = python_for(config_dir)
         return Command(
-            argv=[python, "-m", self.entry, *self.config_args(plan, config_dir)],
-            env=self.env(plan),
-            launcher=plan.tc["hardware"]["launcher"],
-            raw_argv=[python, "-m", self.entry, *self.raw_overrides(plan)],
+            argv=[python, "-m", self.entry, *self.config_args(cfg, config_dir)],
+            env=self.env(cfg),
+            launcher=cfg.hardware.launcher,
+            raw_argv=[python, "-m", self.entry, *built.raw_overrides()],
         )
 
 
@@ -165,20 +165,20 @@ class VerlSFT(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("sft_trainer_engine", _overrides(group_choices))
 
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
-        hw = plan.tc["hardware"]
-        if hw["launcher"] == "local":
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
+        hw = cfg.hardware
+        if hw.launcher == "local":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
-            launch += [f"--nproc_per_node={hw['gpus_per_node']}", "-m", self.entry]
+            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]
         else:
             # on a Ray cluster: one controller sized by trainer.nnodes x n_gpus_per_node
             launch = [python_for(config_dir), "-m", "verl.trainer.sft_trainer_ray"]
         return Command(
-            argv=[*launch, *self.config_args(plan, config_dir)],
-            env=self.env(plan),
-            launcher=hw["launcher"],
-            raw_argv=[*launch, *self.raw_overrides(plan)],
+            argv=[*launch, *self.config_args(cfg, config_dir)],
+            env=self.env(cfg),
+            launcher=hw.launcher,
+            raw_argv=[*launch, *built.raw_overrides()],
         )
 
 

@@ -31,18 +31,10 @@ def complete_overrides(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _trainctl_keys(search) -> list[str]:
-    import yaml
+    """trainctl's own keys, from the schema that declares them."""
+    from trainctl.config.schema import keys
 
-    keys = []
-    primary = yaml.safe_load((search.builtin / "trainctl.yaml").read_text()) or {}
-    for section in ("run", "paths"):
-        keys += [f"{section}.{k}" for k in primary.get(section, {})]
-    for group in ("hardware", "data", "model"):
-        options = search.options(group)
-        if options:
-            first = yaml.safe_load(next(iter(options.values())).read_text()) or {}
-            keys += [f"{group}.{k}" for k in first if not isinstance(first[k], dict)]
-    return keys
+    return [key for key, _, _ in keys()]
 
 
 Overrides = Annotated[
@@ -104,7 +96,7 @@ def render_warnings(warnings: list[Problem]) -> None:
 def render_error(e: TrainctlError) -> None:
     """Error:/Hint: lines on stderr; a secret from the environment never reaches them (a hub's message may quote
     a URL or header that carries one)."""
-    from trainctl.launch.secrets import Redactor
+    from trainctl.secrets import Redactor
 
     redact = Redactor().text
 

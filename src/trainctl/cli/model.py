@@ -155,7 +155,7 @@ def info(
     from trainctl.cli.common import stdout_console
     from trainctl.models.catalog import resolve_ref
     from trainctl.models.info import model_info
-    from trainctl.models.memory import GiB, count, estimate, fixes, setup_from_plan, size
+    from trainctl.models.memory import GiB, count, estimate, fixes, setup_from, size
     from trainctl.models.pull import human
     from trainctl.plan import resolve
 
@@ -189,11 +189,11 @@ def info(
     )
     console.print(t)
 
-    s = setup_from_plan(plan)
+    s = setup_from(plan.cfg, plan.value)
     e = estimate(m, s)
-    hw = plan.tc["hardware"]
+    hw = plan.cfg.hardware
     unit = "GPU" if s.device == "cuda" else "process"
-    what = f"{plan.tc['algorithm']['name']} on hardware={hw['name']} ({s.world} {unit}{'s' if s.world > 1 else ''})"
+    what = f"{plan.cfg.algorithm.name} on hardware={hw.name} ({s.world} {unit}{'s' if s.world > 1 else ''})"
     budget = f"{s.budget / GiB:.0f} GiB" if s.budget else "unknown (hardware.gpu_memory_gb is null)"
     console.print(f"\nMemory per {unit}, training {what}; budget {budget}:")
     m_table = Table(box=None, header_style="bold", pad_edge=False)
@@ -245,15 +245,15 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="rebuild even if it is already there")] = False,
 ) -> None:
     """Build the tiny local model (tokenizer and random Qwen2 weights), the one the demo and the tests use."""
+    from trainctl.config.load import load
     from trainctl.errors import TrainctlError
     from trainctl.models.tiny import init_tiny
-    from trainctl.plan import resolve
 
     if name != "tiny":
         raise TrainctlError(
             f"only `tiny` is built locally; {name!r} comes from a hub.", hint=f"trainctl model pull {name}"
         )
-    target = out or Path(resolve(["model=tiny"]).tc["model"]["path"])
+    target = out or Path(load(["model=tiny"]).cfg.model.path)
     existed = (target / "config.json").is_file()
     path = init_tiny(target, force=force)
     typer.echo(f"{'Already there' if existed and not force else 'Built'}: tiny model at {path}")

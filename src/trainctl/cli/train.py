@@ -64,7 +64,8 @@ def train(
     failures: list[TrainctlError] = []
     for i, point in enumerate(points, 1):
         plan = make_plan(point, search, launching=not dry_run)
-        title = f"Sweep point {i}/{len(points)}: {' '.join(point)}" if multirun else None
+        args = [o.raw for o in point]
+        title = f"Sweep point {i}/{len(points)}: {' '.join(args)}" if multirun else None
         render_warnings(plan.warnings)
         if dry_run:
             typer.echo(plan_text(plan, title))
@@ -77,7 +78,7 @@ def train(
                 hint="do not change run.name or run.dir when resuming",
             )
         try:
-            _run(plan, point, resume is not None, detach)
+            _run(plan, args, resume is not None, detach)
         except RunFailed as e:
             if len(points) == 1:
                 raise
@@ -108,7 +109,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
     from trainctl.launch.runner import launch
     from trainctl.metrics import loss_summary
 
-    typer.echo(f"Run {plan.tc['run']['name']}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
+    typer.echo(f"Run {plan.cfg.run.name}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
     result = launch(
         plan, args, resume=resume, detach=detach, echo=sys.stdout, notify=lambda n: typer.echo(f"Note: {n}", err=True)
     )
@@ -118,7 +119,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
         return
     if result.state == "interrupted":
         raise RunInterrupted(
-            f"run {plan.tc['run']['name']} was interrupted; every process it started was stopped.",
+            f"run {plan.cfg.run.name} was interrupted; every process it started was stopped.",
             hint=f"continue it: trainctl train --resume {folder}",
         )
     if result.state == "failed":
@@ -129,7 +130,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool) -> None:
             hint=f"the whole log is in {relative(log)}/; after fixing, resume: trainctl train --resume {folder}",
         )
     ckpt = latest_checkpoint(result.run_dir / "checkpoints")
-    typer.echo(f"Finished {plan.tc['run']['name']} in {result.seconds:.0f} s. Run folder: {folder}")
+    typer.echo(f"Finished {plan.cfg.run.name} in {result.seconds:.0f} s. Run folder: {folder}")
     if ckpt:
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
     for line in loss_summary(result.run_dir):

@@ -198,6 +198,25 @@ def section_class(name: str) -> type:
     return typing.get_type_hints(Config)[name]
 
 
+def declares(key: str) -> bool:
+    """Whether trainctl's schema declares a dotted key (`hardware.rollout_tp`, `data.source.columns.prompt_col`)."""
+    head, *rest = key.split(".")
+    if head not in SECTIONS:
+        return False
+    cls: type | None = section_class(head)
+    for part in rest:
+        if cls is None:
+            return True  # under a declared mapping field: any key
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        cls = _dataclass_type(hints[part])
+        if cls is None and typing.get_origin(hints[part]) is None and hints[part] is not dict:
+            # a scalar field: nothing below it
+            return part == rest[-1]
+    return True
+
+
 def from_dict(cls: type, data: dict) -> Any:
     """Build a (checked) dataclass tree from plain data: nested dataclass fields become instances."""
     hints = typing.get_type_hints(cls)
@@ -219,3 +238,28 @@ def _dataclass_type(annotation: Any) -> type | None:
         if found is not None:
             return found
     return None
+
+
+def keys(section: str | None = None) -> list[tuple[str, str, str]]:
+    """(dotted key, type and range in words, meaning) of every declared key, in declaration order."""
+    from trainctl.config.types import class_schema, describe
+
+    out: list[tuple[str, str, str]] = []
+
+    def visit(cls: type, prefix: str) -> None:
+        schema = class_schema(cls)
+        hints = typing.get_type_hints(cls)
+        for name, info in schema.fields.items():
+            key = f"{prefix}.{name}"
+            nested = _dataclass_type(hints[name])
+            if nested is not None:
+                visit(nested, key)
+                continue
+            kind = describe(info.spec)
+            if info.range is not None:
+                kind += f", {info.range.text()}"
+            out.append((key, kind, info.doc))
+
+    for name in SECTIONS if section is None else (section,):
+        visit(section_class(name), name)
+    return out

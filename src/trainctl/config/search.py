@@ -36,13 +36,15 @@ class SearchPath:
         return [*self.user_dirs, self.builtin]
 
     def options(self, group: str) -> dict[str, Path]:
-        """Every option of a group, name -> file; a user folder's file shadows a built-in one of the same name."""
+        """Every option of a group, name -> file; a user folder's file shadows a built-in one of the same name.
+        Files whose name starts with `_` are the bases options inherit from, not options."""
         found: dict[str, Path] = {}
         for d in self.dirs:
             gdir = d / group
             if gdir.is_dir():
                 for f in sorted(gdir.glob("*.yaml")):
-                    found.setdefault(f.stem, f)
+                    if not f.name.startswith("_"):
+                        found.setdefault(f.stem, f)
         return dict(sorted(found.items()))
 
     def find(self, config_path: str) -> Path | None:

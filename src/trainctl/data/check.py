@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import read_rows
 from trainctl.data.shapes import ROLES
 from trainctl.errors import Problem
+from trainctl.facts import verl as verl_facts
 
 REQUIRED = {
     "rl": ("data_source", "prompt", "reward_model"),
@@ -306,15 +306,11 @@ def full_check(
     return report
 
 
-def check_file(path: Path, overrides: list[str], search=None, progress: Callable[[int], None] | None = None) -> Report:
-    """`trainctl data check FILE [OVERRIDES]`: the file against the config that would train on it."""
-    from trainctl.checks.data import reward_fn
-    from trainctl.config.search import SearchPath
+def check_args(path: Path, overrides: list[str], search) -> list[str]:
+    """The overrides of the config a file is checked against: the user's, with the algorithm its columns are for and
+    the data option a prepared file belongs to (<data dir>/<name>/<format>/<split>.parquet) when not given."""
     from trainctl.data.readers import DataError, columns
-    from trainctl.plan import resolve
 
-    path = Path(path).expanduser()
-    search = search or SearchPath.default()
     args = list(overrides)
     cols = columns(path)
     fmt = detect_format(cols)
@@ -326,28 +322,7 @@ def check_file(path: Path, overrides: list[str], search=None, progress: Callable
             )
         args.insert(0, f"algorithm={DEFAULT_ALGORITHM[fmt]}")
     if not any(a.split("=")[0] == "data" for a in args):
-        # a prepared file (<data dir>/<name>/<format>/<split>.parquet) is checked against its own data option
         name = path.parent.parent.name
         if name in search.options("data"):
             args.insert(0, f"data={name}")
-    plan = resolve(args, search)
-    fmt = plan.tc["algorithm"]["data_format"]
-    if plan.backend.name == "verl-ppo":
-        limit_key = "data.max_prompt_length"
-        truncation_fails = plan.value("data.truncation") == "error" and not plan.value("data.filter_overlong_prompts")
-    elif plan.backend.name == "verl-sft":
-        limit_key = "data.max_length"
-        truncation_fails = plan.value("data.truncation") == "error"
-    else:
-        limit_key, truncation_fails = "max_length", False  # TRL truncates
-    custom, _, _ = reward_fn(plan)
-    return full_check(
-        path,
-        fmt,
-        plan.value(limit_key),
-        limit_key,
-        plan.tc["model"]["path"],
-        custom_reward=bool(custom),
-        truncation_fails=truncation_fails,
-        progress=progress,
-    )
+    return args

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import DataError, Row, read_rows
 from trainctl.data.shapes import Example, Shape, Skip, detect, example, ground_truth
 from trainctl.data.writer import ParquetWriter
+from trainctl.facts import verl as verl_facts
 
 FORMATS = ("rl", "sft", "dpo")
 # rows between progress bar updates (a redraw per row would cost more than the row)

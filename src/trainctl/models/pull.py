@@ -135,7 +135,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _redact(text: str) -> str:
-    from trainctl.launch.secrets import Redactor
+    from trainctl.secrets import Redactor
 
     return Redactor().text(text)
 
