@@ -73,6 +73,16 @@ class Plan:
     def rows(self, split: str) -> int | None:
         return self.subject.rows(split)
 
+    def loggers(self) -> list[str]:
+        """Where metrics really go, as the backend config says (wherever the logger list was set)."""
+        if self.backend.node == "verl":
+            value = self.value("trainer.logger")
+            return [value] if isinstance(value, str) else [str(v) for v in value or []]
+        report = self.value("report_to")
+        extra = [report] if isinstance(report, str) else list(report or [])
+        # trainctl's DPO entry point prints metrics and writes the run's metrics file itself
+        return ["console", *(str(r) for r in extra if r not in ("none", "console", "file"))]
+
     @property
     def run_dir(self) -> Path:
         return Path(self.cfg.run.dir).expanduser().resolve()
@@ -105,6 +115,7 @@ def resolve(
     search: SearchPath | None = None,
     launching: bool = False,
     raise_errors: bool = True,
+    strict: bool = True,
 ) -> Plan:
     """Load and translate: trainctl's schema and every backend key and value checked, no training checks.
 
@@ -114,11 +125,12 @@ def resolve(
     loaded = load(overrides, search)
     plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching)
     plan.problems += values.checks(loaded.cfg, loaded.comp)
-    plan.raise_for_errors()
+    if strict:
+        plan.raise_for_errors()
     plan.built = plan.backend.build(loaded.cfg, loaded.comp, plan.problems)
     typed = types.check(plan.subject)
     plan.problems += typed
-    if raise_errors or any(p.is_error for p in typed):
+    if raise_errors or (strict and any(p.is_error for p in typed)):
         plan.raise_for_errors()
     return plan
 
@@ -128,9 +140,16 @@ def make_plan(
     search: SearchPath | None = None,
     launching: bool = False,
     native: bool = True,
+    strict: bool = True,
 ) -> Plan:
-    """Load, translate and check. Raises ConfigProblems listing every error found (warnings ride along)."""
-    plan = resolve(overrides, search, launching, raise_errors=False)
+    """Load, translate and check. Raises ConfigProblems listing every error found (warnings ride along).
+
+    With strict=False (`config show`), only a config that cannot be loaded raises; every other problem stays in
+    plan.problems for the caller to show beside the config.
+    """
+    plan = resolve(overrides, search, launching, raise_errors=False, strict=strict)
+    if not strict and plan.errors:
+        return plan  # the training checks read values of the right types; show what is there
     s = plan.subject
     family = _FAMILY_CHECKS[plan.cfg.family]
     plan.problems += family.checks(s)
@@ -138,15 +157,22 @@ def make_plan(
     plan.problems += data.checks(s)
     plan.problems += environment.checks(s)
     plan.problems += memory.checks(s)
-    plan.raise_for_errors()
-    plan.numbers = family.numbers(s)
-    if native:
-        from trainctl.checks.native import validate
-
-        # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
-        plan.problems += validate(s, use_cache=launching)
+    if strict:
         plan.raise_for_errors()
+    if not plan.errors:
+        plan.numbers = family.numbers(s)
+    if native:
+        validate_natively(plan)
     return plan
+
+
+def validate_natively(plan: Plan) -> None:
+    """The backend's own validation (imports verl or TRL: seconds); raises on errors."""
+    from trainctl.checks.native import validate
+
+    # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
+    plan.problems += validate(plan.subject, use_cache=plan.launching)
+    plan.raise_for_errors()
 
 
 def check_data_file(path: Path, overrides: list[str], search: SearchPath | None = None, progress=None):

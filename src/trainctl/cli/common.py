@@ -158,3 +158,21 @@ def byte_progress(label: str):
                 bar.advance(task, n)
 
         yield progress
+
+
+def checked_plan(words, search, launching: bool = False):
+    """make_plan, with a status line on a terminal while the backend's own validation runs (it imports verl or
+    TRL: seconds, where every other check takes milliseconds)."""
+    from trainctl.plan import make_plan, validate_natively
+
+    plan = make_plan(words, search, launching=launching, native=False)
+    render = sys.stderr.isatty()
+    if not render:
+        validate_natively(plan)
+        return plan
+    from rich.console import Console
+
+    what = "TRL" if plan.backend.node == "trl" else "verl"
+    with Console(stderr=True).status(f"Checking with {what}'s own validation (it imports {what}: a few seconds)..."):
+        validate_natively(plan)
+    return plan

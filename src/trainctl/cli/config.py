@@ -44,16 +44,31 @@ def show(
     ] = False,
     config_dir: ConfigDirs = None,
 ) -> None:
-    """Print the resolved config as YAML."""
-    from omegaconf import OmegaConf
+    """Print the resolved config as YAML; any problems in it are shown below it (`config validate` refuses them).
 
-    from trainctl.cli.render import yaml_with_origins
+    Exit 0 unless the config cannot be composed at all.
+    """
     from trainctl.plan import make_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    plan = make_plan(words, search_path(config_dir), native=False)
-    render_warnings(plan.warnings)
+    plan = make_plan(words, search_path(config_dir), native=False, strict=False)
+    _print_config(plan, backend, origin)
+    render_warnings(plan.problems)
+    if plan.errors:
+        n = len(plan.errors)
+        typer.echo(
+            f"Note: {n} of these {'problems' if n > 1 else 'problem'} would stop `trainctl train` and "
+            "`trainctl config validate`.",
+            err=True,
+        )
+
+
+def _print_config(plan, backend: bool, origin: bool) -> None:
+    from omegaconf import OmegaConf
+
+    from trainctl.cli.render import yaml_with_origins
+
     if not backend:
         if not origin:
             typer.echo(plan.trainctl_yaml().rstrip())
@@ -91,11 +106,11 @@ Examples:
 )
 def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDirs = None) -> None:
     """Check a config, verl's own validation included: exit 0 when valid, 1 with every problem found."""
-    from trainctl.plan import make_plan
+    from trainctl.cli.common import checked_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    plan = make_plan(words, search_path(config_dir))
+    plan = checked_plan(words, search_path(config_dir))
     render_warnings(plan.warnings)
     typer.echo(f"OK: {plan.cfg.algorithm.name} on {plan.backend.title} is valid.")
 

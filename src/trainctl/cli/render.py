@@ -20,7 +20,7 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     lines.append(
         f"Plan: {cfg.algorithm.name} on model={cfg.model.name} with data={cfg.data.name}, "
         f"hardware={hw.name} ({_count(hw.nnodes, 'node')} x {_count(hw.gpus_per_node, devices)}, "
-        f"{hw.launcher}), logger={cfg.logger.name}"
+        f"{hw.launcher}), loggers: {', '.join(plan.loggers())}"
     )
     lines.append(f"Backend: {plan.backend.title}; run folder: {plan.run_dir}")
     lines.append("")

@@ -49,9 +49,9 @@ def train(
     Exit codes: 0 done, 1 a problem with the config, data or model (nothing started), 2 a usage error,
     3 the trainer failed, 130 interrupted.
     """
+    from trainctl.cli.common import checked_plan
     from trainctl.cli.render import plan_text
     from trainctl.config.overrides import expand
-    from trainctl.plan import make_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
@@ -63,7 +63,7 @@ def train(
         raise TrainctlError("--resume continues one run; it cannot be combined with a sweep (-m).")
     failures: list[TrainctlError] = []
     for i, point in enumerate(points, 1):
-        plan = make_plan(point, search, launching=not dry_run)
+        plan = checked_plan(point, search, launching=not dry_run)
         args = [o.raw for o in point]
         title = f"Sweep point {i}/{len(points)}: {' '.join(args)}" if multirun else None
         render_warnings(plan.warnings)
