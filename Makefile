@@ -28,9 +28,6 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e '.[test]'
 	@# bytecode for our own modules: with PYTHONDONTWRITEBYTECODE set, every command would recompile them
 	$(BIN)/python -m compileall -q src
-	@# the schemas of verl's and TRL's config dataclasses, read once (importing them takes seconds), so that a
-	@# config's first check answers within a second
-	$(BIN)/python -c "from trainctl.backends.schemas import trl_schemas, verl_schemas; verl_schemas(); trl_schemas()"
 	@touch $(STAMP)
 
 .PHONY: install
@@ -67,6 +64,10 @@ format: $(STAMP) ## apply ruff fixes and formatting
 .PHONY: golden
 golden: $(STAMP) ## regenerate the golden backend configs in tests/golden/
 	$(BIN)/python -m tests.golden.regenerate
+
+.PHONY: schemas
+schemas: $(STAMP) ## re-read the installed verl's and TRL's config dataclasses into src/trainctl/facts/schemas/
+	$(BIN)/python -m trainctl.backends.schemas
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches

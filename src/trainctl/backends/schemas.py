@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trainctl import paths
 from trainctl.config.types import ClassSchema, Range, schemas_of
@@ -55,13 +56,23 @@ def _ranges(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str
     return {cls: {f: one(b) for f, b in fields.items()} for cls, fields in table.items()}
 
 
-def _cached(name: str, key: str, build) -> BackendSchemas:
+# Schemas of the backend versions trainctl pins, shipped with it (written by `make schemas`, compared with a fresh
+# read by tests/facts/test_schemas.py): the first check on a new machine needs no import of verl or TRL.
+SHIPPED = Path(__file__).resolve().parent.parent / "facts" / "schemas"
+
+
+def shipped_file(name: str, portable_key: str) -> Path:
+    return SHIPPED / f"{name}-{hashlib.sha1(portable_key.encode()).hexdigest()[:12]}.json"
+
+
+def _cached(name: str, key: str, portable_key: str, build) -> BackendSchemas:
     cache = paths.cache_dir() / f"schema-{name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
-    if cache.is_file():
-        try:
-            return BackendSchemas.from_json(json.loads(cache.read_text()))
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged cache is rebuilt
+    for f in (cache, shipped_file(name, portable_key)):
+        if f.is_file():
+            try:
+                return BackendSchemas.from_json(json.loads(f.read_text()))
+            except (ValueError, KeyError, TypeError):
+                pass  # a damaged cache is rebuilt
     schemas = build()
     paths.atomic_write_text(cache, json.dumps(schemas.to_json()))
     return schemas
@@ -93,7 +104,8 @@ def verl_schemas() -> BackendSchemas:
 
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
-    key = repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), str(d), stamp, verl_facts.RUNTIME_RANGES))
+    portable = repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES))
+    key = repr((portable, str(d), stamp))
     if key not in _MEMO:
 
         def build() -> BackendSchemas:
@@ -117,7 +129,7 @@ def verl_schemas() -> BackendSchemas:
                     out.targets[target] = f"{cls.__module__}.{cls.__qualname__}"
             return out
 
-        _MEMO[key] = _cached("verl", key, build)
+        _MEMO[key] = _cached("verl", key, portable, build)
     return _MEMO[key]
 
 
@@ -150,5 +162,59 @@ def trl_schemas() -> BackendSchemas:
                 out.classes[TRL_ROOT] = root
             return out
 
-        _MEMO[key] = _cached("trl", key, build)
+        _MEMO[key] = _cached("trl", key, key, build)
     return _MEMO[key]
+
+
+def _portable_keys() -> dict[str, str]:
+    return {
+        "verl": repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES)),
+        "trl": repr((_SCHEMA_VERSION, importlib.metadata.version("trl"), importlib.metadata.version("transformers"))),
+    }
+
+
+def write_shipped() -> list[Path]:
+    """Read the installed verl's and TRL's schemas afresh and write them where trainctl ships them."""
+    import shutil
+
+    _MEMO.clear()
+    with _fresh_cache():
+        found = {"verl": verl_schemas(), "trl": trl_schemas()}
+    shutil.rmtree(SHIPPED, ignore_errors=True)
+    written = []
+    for name, key in _portable_keys().items():
+        f = shipped_file(name, key)
+        paths.atomic_write_text(f, json.dumps(found[name].to_json(), indent=0, sort_keys=True) + "\n")
+        written.append(f)
+    return written
+
+
+def _fresh_cache():
+    """A context with an empty cache and no shipped files in the way (so the schemas are read, not loaded)."""
+    import contextlib
+    import os
+    import tempfile
+
+    @contextlib.contextmanager
+    def ctx():
+        global SHIPPED
+        shipped, old = SHIPPED, os.environ.get("TRAINCTL_CACHE")
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["TRAINCTL_CACHE"] = tmp
+            SHIPPED = Path(tmp) / "none"
+            try:
+                yield
+            finally:
+                SHIPPED = shipped
+                if old is None:
+                    os.environ.pop("TRAINCTL_CACHE", None)
+                else:
+                    os.environ["TRAINCTL_CACHE"] = old
+                _MEMO.clear()
+
+    return ctx()
+
+
+if __name__ == "__main__":
+    for f in write_shipped():
+        print(f"wrote {f}")
