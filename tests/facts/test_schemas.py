@@ -26,7 +26,8 @@ def test_a_cold_cache_needs_no_import_of_verl_or_trl(tmp_path):
         "import sys\n"
         "from trainctl.backends.schemas import trl_schemas, verl_schemas\n"
         "v, t = verl_schemas(), trl_schemas()\n"
-        "print(len(v.classes) > 40, 'trl-dpo' in t.classes, [m for m in ('verl', 'trl', 'torch') if m in sys.modules])\n"
+        "heavy = [m for m in ('verl', 'trl', 'torch') if m in sys.modules]\n"
+        "print(len(v.classes) > 40, 'trl-dpo' in t.classes, heavy)\n"
     )
     env = {"TRAINCTL_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
