@@ -12,7 +12,11 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class TrainctlUserConfigDirs(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from trainctl.config.compose import active_user_dirs
-
+        # Hydra calls every installed search-path plugin for every Hydra app in this environment (verl's trainers
+        # too): outside a trainctl composition there is nothing to add, and a mismatched trainctl must not break them
+        try:
+            from trainctl.config.compose import active_user_dirs
+        except ImportError:
+            return
         for i, d in reversed(list(enumerate(active_user_dirs()))):
             search_path.prepend(provider=f"trainctl-user-{i}", path=f"file://{d}")

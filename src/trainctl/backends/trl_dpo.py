@@ -83,6 +83,9 @@ class TrlDPO(Backend):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return _trl_defaults_config()
 
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return trl_defaults()
+
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         run_dir = config_dir or str(Path(cfg.run.dir).expanduser().resolve())
         hw = cfg.hardware

@@ -49,17 +49,21 @@ def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> DictConf
     return pickle.loads(_verl_defaults_cached(config_name, overrides)[0])
 
 
+def verl_default_tree(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
+    """verl's composed defaults as plain data (interpolations kept). Shared: do not change it."""
+    return _verl_defaults_cached(config_name, overrides)[2]
+
+
 @lru_cache(maxsize=16)
-def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str]]:
+def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str], dict]:
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
-    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys"))
+    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys+tree"))
     cache = paths.cache_dir() / f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
     if cache.is_file():
         try:
-            blob, keys = pickle.loads(cache.read_bytes())
-            pickle.loads(blob)
-            return blob, keys
+            blob, keys, tree = pickle.loads(cache.read_bytes())
+            return blob, keys, tree
         except Exception:  # a damaged cache is rebuilt
             pass
     from hydra import compose, initialize_config_dir
@@ -88,8 +92,8 @@ def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple
     container = OmegaConf.to_container(cfg, resolve=False)
     blob = pickle.dumps(OmegaConf.create(container))  # without Hydra's struct flags
     keys = key_paths(container)
-    paths.atomic_write_bytes(cache, pickle.dumps((blob, keys)))
-    return blob, keys
+    paths.atomic_write_bytes(cache, pickle.dumps((blob, keys, container)))
+    return blob, keys, container
 
 
 def _overrides(group_choices: dict[str, str]) -> tuple[str, ...]:
@@ -131,6 +135,9 @@ class VerlPPO(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return verl_default_tree("ppo_trainer", _overrides(group_choices))
+
     def env(self, cfg: Config) -> dict[str, str]:
         if cfg.hardware.launcher == "local":
             # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
@@ -164,6 +171,9 @@ class VerlSFT(_Verl):
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("sft_trainer_engine", _overrides(group_choices))
+
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return verl_default_tree("sft_trainer_engine", _overrides(group_choices))
 
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         hw = cfg.hardware

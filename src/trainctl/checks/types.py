@@ -26,16 +26,22 @@ if TYPE_CHECKING:
 
 def _set_by_us(subject: Subject):
     """Whether a path (or a key under it) was set by trainctl's mapping, a group file, a recipe or the command line."""
-    leaves = subject.built.leaves
+    prefixes = set()
+    for leaf in subject.built.leaves:
+        parts = leaf.split(".")
+        prefixes.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return prefixes.__contains__
 
-    def report(path: str) -> bool:
-        return path in leaves or any(k.startswith(path + ".") for k in leaves)
 
-    return report
+def _tree(subject: Subject) -> dict:
+    """The backend config as plain data with the values trainctl and the user set: only those are reported, so
+    verl's own interpolations need not be resolved (resolving all of them costs more than the rest of the plan)."""
+    from trainctl.backends.base import _set
 
-
-def _resolved(subject: Subject) -> dict:
-    return OmegaConf.to_container(subject.built.cfg, resolve=True, throw_on_missing=False)
+    tree = OmegaConf.to_container(subject.built.cfg, resolve=False)
+    for path, value in subject.built.leaves.items():
+        _set(tree, path, value)
+    return tree
 
 
 def check(subject: Subject) -> list[Problem]:
@@ -43,10 +49,10 @@ def check(subject: Subject) -> list[Problem]:
 
     if subject.backend == "trl-dpo":
         found = schemas.trl_schemas()
-        issues = check_tree(_resolved(subject), found.classes[schemas.TRL_ROOT], found.by_name, "", _set_by_us(subject))
+        issues = check_tree(_tree(subject), found.classes[schemas.TRL_ROOT], found.by_name, "", _set_by_us(subject))
         return [_problem(i, subject, found, "TRL") for i in issues if i.kind != "unknown"]
     found = schemas.verl_schemas()
-    issues = walk_verl(_resolved(subject), found, found.by_name, _set_by_us(subject), subject.built.defaults)
+    issues = walk_verl(_tree(subject), found, found.by_name, _set_by_us(subject), subject.built.defaults)
     added = subject.built.added
     # a key verl's own YAML has is accepted as verl accepts it; only a key added with + can be a stray field
     issues = [i for i in issues if i.kind != "unknown" or any(i.path == a or i.path.startswith(a + ".") for a in added)]
@@ -70,7 +76,7 @@ def walk_verl(
         if isinstance(value, dict):
             issues += walk_verl(value, found, by_name, report, default if isinstance(default, dict) else None, p)
             continue
-        if not report(p) or (isinstance(value, str) and value == "???"):
+        if not report(p) or (isinstance(value, str) and (value == "???" or "${" in value)):
             continue
         info = _inferred(default, NODE_RANGES.get(p))
         if info is None:

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainctl.config.types import bounds
+from trainctl.config.types import bounds, type_hints
 
 Family = Literal["sft", "dpo", "ppo"]
 DataFormat = Literal["rl", "sft", "dpo"]
@@ -195,7 +195,7 @@ BACKEND_NODES: tuple[str, ...] = ("verl", "trl")
 
 def section_class(name: str) -> type:
     """The dataclass declaring a top-level section."""
-    return typing.get_type_hints(Config)[name]
+    return type_hints(Config)[name]
 
 
 def declares(key: str) -> bool:
@@ -207,7 +207,7 @@ def declares(key: str) -> bool:
     for part in rest:
         if cls is None:
             return True  # under a declared mapping field: any key
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         if part not in hints:
             return False
         cls = _dataclass_type(hints[part])
@@ -219,7 +219,7 @@ def declares(key: str) -> bool:
 
 def from_dict(cls: type, data: dict) -> Any:
     """Build a (checked) dataclass tree from plain data: nested dataclass fields become instances."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
@@ -248,7 +248,7 @@ def keys(section: str | None = None) -> list[tuple[str, str, str]]:
 
     def visit(cls: type, prefix: str) -> None:
         schema = class_schema(cls)
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         for name, info in schema.fields.items():
             key = f"{prefix}.{name}"
             nested = _dataclass_type(hints[name])

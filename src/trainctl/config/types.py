@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import inspect
 import textwrap
 import types
@@ -55,6 +56,12 @@ class Spec:
 
 ANY = Spec("any")
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", bytes: "str"}
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """A class's evaluated annotations, once per class (evaluating string annotations compiles each of them)."""
+    return typing.get_type_hints(cls)
 
 
 def qualname(cls: type) -> str:
@@ -384,7 +391,7 @@ class ClassSchema:
 
 def class_schema(cls: type, extra_ranges: dict[str, Range] | None = None) -> ClassSchema:
     """A dataclass's schema: each init field's Spec, its range (metadata, __post_init__, extra) and doc."""
-    hints = typing.get_type_hints(cls, include_extras=False)
+    hints = type_hints(cls)
     read = post_init_ranges(cls)
     out = ClassSchema(qualname(cls))
     for f in dataclasses.fields(cls):
@@ -415,7 +422,7 @@ def schemas_of(root: type, extra_ranges: dict[str, dict[str, Range]] | None = No
         for klass in reversed(cls.__mro__):  # ranges given for a base class hold for its subclasses
             extra.update((extra_ranges or {}).get(klass.__name__, {}))
         out[name] = class_schema(cls, extra)
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         for f in dataclasses.fields(cls):
             todo.extend(_dataclasses_in(hints.get(f.name)))
     return out
@@ -484,8 +491,8 @@ def check_tree(
             if sub is not None:
                 issues += check_tree(value, sub, schemas, p, report, required)
             continue
-        if isinstance(value, str) and value == "???":
-            continue  # MISSING: verl's own "set me" marker, reported by its validation
+        if isinstance(value, str) and (value == "???" or "${" in value):
+            continue  # MISSING (verl's own "set me" marker) or an interpolation the backend resolves
         if not report(p):
             continue
         if not fits(value, info.spec):
