@@ -107,3 +107,18 @@ def test_the_hf_rollout_plugs_into_verls_registries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "HFServerAdapter HFReplica"
+
+
+def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched():
+    """A run trainctl launched (TRAINCTL_LAUNCHED=1) on a GPU machine without flash-attn: verl's critic loader
+    would ask for flash_attention_2; the plugin swaps in the attention the model config names, nothing else."""
+    code = (
+        "import os; os.environ.pop('VERL_PLATFORM', None)\n"
+        "import verl, verl.utils.model as m, verl.utils.distributed as d\n"
+        "from trainctl.runtime import verl_cpu, verl_patches\n"
+        "print(verl_cpu._INSTALLED, m.load_valuehead_model.__module__, d.initialize_global_process_group.__module__)\n"
+    )
+    env = {**__import__("os").environ, "TRAINCTL_LAUNCHED": "1"}
+    env.pop("VERL_PLATFORM", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip().splitlines()[-1] == "False trainctl.runtime.verl_patches verl.utils.distributed"

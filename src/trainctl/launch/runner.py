@@ -56,7 +56,8 @@ class RunResult:
 def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     """The environment a run adds for its trainer (on top of the user's): platform, loggers, paths."""
     run = plan.run_dir
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    # TRAINCTL_LAUNCHED: trainctl's verl plugin acts only in processes trainctl started (runtime/verl_cpu_plugin.py)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1", "TRAINCTL_LAUNCHED": "1"}
     hw = plan.cfg.hardware
     if hw.device == "cpu" and plan.backend.node == "verl":
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)

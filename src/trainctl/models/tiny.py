@@ -89,11 +89,12 @@ def build_tokenizer():
     return hf
 
 
-def build_model(tokenizer, seed: int = 0):
+def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
+    """A random Qwen2 of the tiny option's architecture (or `arch`, same keys) over the tiny tokenizer."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    arch = _arch()
+    arch = arch or _arch()
     # the embedding is padded to the declared vocabulary size, as Qwen's own checkpoints are
     config = Qwen2Config(
         vocab_size=max(arch["vocab_size"], len(tokenizer)),

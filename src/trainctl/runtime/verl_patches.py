@@ -29,7 +29,8 @@ PATCHES = {
         "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
     ),
     ("verl.utils.model", "load_valuehead_model"): (
-        "the critic is loaded with attn_implementation='flash_attention_2' hard-coded; flash-attn needs a GPU"
+        "the critic is loaded with attn_implementation='flash_attention_2' hard-coded; flash-attn needs a GPU, and "
+        "on a GPU it needs the flash-attn package (no wheel on PyPI: often not installed)"
     ),
 }
 
@@ -94,9 +95,15 @@ def _cpu_offload_policy(original):
     return CPUOffloadPolicy
 
 
+def flash_attn_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
 def _load_valuehead_model(original):
     def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-        if not _on_cpu():
+        if not _on_cpu() and flash_attn_installed():
             return original(local_path, torch_dtype, model_config, trust_remote_code)
         from transformers import AutoModelForTokenClassification
 
@@ -132,8 +139,12 @@ def _resolve(module_name: str, name: str):
     return owner, attr
 
 
-def apply() -> None:
-    """Apply every patch once; refuse on a verl version they were not written for."""
+# without flash-attn on a GPU, only the critic's loader needs trainctl's help
+GPU_WITHOUT_FLASH_ATTN = (("verl.utils.model", "load_valuehead_model"),)
+
+
+def apply(only: tuple[tuple[str, str], ...] | None = None) -> None:
+    """Apply every patch (or `only` these) once; refuse on a verl version they were not written for."""
     import verl
 
     if verl.__version__ != VERL_VERSION:
@@ -141,7 +152,7 @@ def apply() -> None:
             f"trainctl's CPU support patches verl {VERL_VERSION}, but verl {verl.__version__} is installed: "
             f"install verl=={VERL_VERSION}, or run on GPUs (hardware=1gpu/8gpu/...)"
         )
-    for module_name, func in PATCHES:
+    for module_name, func in only or tuple(PATCHES):
         if (module_name, func) in _APPLIED:
             continue
         owner, attr = _resolve(module_name, func)
