@@ -48,6 +48,7 @@ def main() -> list[Row]:
             env.pop(var, None)
         os.environ.update(TRAINCTL_HOME=env["TRAINCTL_HOME"], TRAINCTL_CACHE=env["TRAINCTL_CACHE"])
         from tests.gpu.conftest import MID_ARCH
+
         from trainctl.data.arith import rows
         from trainctl.data.writer import write_rows
         from trainctl.models.tiny import build_model, build_tokenizer
