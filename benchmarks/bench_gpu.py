@@ -79,6 +79,14 @@ def main() -> list[Row]:
         raw_env = {**env, **command.env, "VERL_FILE_LOGGER_PATH": str(raw_metrics)}
         raw_env.pop("TRAINCTL_METRICS_PATH", None)
 
+        if os.environ.get("BENCH_RAW_ONLY"):
+            # device time is scarce: the raw half alone, to compare with trainctl's run of the same config
+            # measured earlier in the session (tests/gpu's GRPO test reports its tokens/s)
+            raw = subprocess.run(command.raw_argv, env=raw_env, cwd=work, capture_output=True, text=True)
+            if raw.returncode:
+                raise RuntimeError(raw.stdout[-3000:] + raw.stderr[-3000:])
+            print("raw main_ppo perf/throughput at steps >= 2:", _throughputs(raw_metrics))
+            return []
         t = time.perf_counter()
         ours = subprocess.run(
             [sys.executable, "-m", "trainctl", "train", *args, "run.name=bench"],
