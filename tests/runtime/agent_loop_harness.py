@@ -30,7 +30,7 @@ class ScriptedModel:
         self.prompts.append(list(prompt_ids))
         self.sampling_params.append(dict(sampling_params))
         text = self.replies.pop(0) if self.replies else "(no more scripted replies)"
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
 
     def prompt_text(self, i: int) -> str:
@@ -104,4 +104,4 @@ def tool_call(name: str, **arguments) -> str:
     """What a model emits to call a tool in the hermes format."""
     import json
 
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"

@@ -1,6 +1,6 @@
 """An MCP server for the bridge's tests, run as a real process: tools that sleep, raise, exit and read the env.
 
-    python tests/runtime/mcp_test_server.py [--transport stdio|sse|streamable-http --port N] [--fail-start]
+python tests/runtime/mcp_test_server.py [--transport stdio|sse|streamable-http --port N] [--fail-start] [--tag TEXT]
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--transport", default="stdio")
     parser.add_argument("--port", type=int, default=8002)
     parser.add_argument("--fail-start", action="store_true", help="print a reason to stderr and exit 2")
+    parser.add_argument("--tag", default="", help="ignored: lets a test find its own server processes")
     args = parser.parse_args()
     if args.fail_start:
         print(f"testing server: cannot start, API_TOKEN={os.environ.get('API_TOKEN', '')} rejected", file=sys.stderr)

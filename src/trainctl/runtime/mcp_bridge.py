@@ -47,7 +47,11 @@ from trainctl.errors import ConfigProblems, Problem, TrainctlError
 
 TRANSPORTS = ("stdio", "sse", "streamable-http")
 # "http" is what some clients (VS Code, Cursor) call streamable HTTP
-_TRANSPORT_ALIASES = {"http": "streamable-http", "streamablehttp": "streamable-http", "streamable_http": "streamable-http"}
+_TRANSPORT_ALIASES = {
+    "http": "streamable-http",
+    "streamablehttp": "streamable-http",
+    "streamable_http": "streamable-http",
+}
 DEFAULT_CALL_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 60.0
 # how long closing a connection may take (the SDK gives a stdio server 2 s after stdin closes, then SIGTERM, SIGKILL)
@@ -118,7 +122,7 @@ def parse_servers(data: Any, source: str = "mcpServers") -> dict[str, ServerSpec
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
         found = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise TrainctlError(
-            f"{source}: expected an object with an \"mcpServers\" object inside, found {found}.",
+            f'{source}: expected an object with an "mcpServers" object inside, found {found}.',
             hint='write it as {"mcpServers": {"calc": {"command": "python", "args": ["server.py"]}}}',
         )
     servers: dict[str, ServerSpec] = {}
@@ -131,7 +135,7 @@ def parse_servers(data: Any, source: str = "mcpServers") -> dict[str, ServerSpec
     if problems:
         raise ConfigProblems(problems)
     if not servers:
-        raise TrainctlError(f"{source}: \"mcpServers\" is empty.", hint="name at least one server")
+        raise TrainctlError(f'{source}: "mcpServers" is empty.', hint="name at least one server")
     return servers
 
 
@@ -144,24 +148,24 @@ def parse_server(name: str, entry: Any, source: str = "mcpServers") -> ServerSpe
     if "command" in entry or kind == "stdio":
         command = entry.get("command")
         if not isinstance(command, str) or not command:
-            raise TrainctlError(f"{where} has no \"command\" to start it with.", hint='e.g. "command": "npx"')
+            raise TrainctlError(f'{where} has no "command" to start it with.', hint='e.g. "command": "npx"')
         args = entry.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str | int | float) for a in args):
-            raise TrainctlError(f"{where}: \"args\" must be a list of strings.")
-        env = _str_mapping(entry.get("env"), f"{where}: \"env\"")
+            raise TrainctlError(f'{where}: "args" must be a list of strings.')
+        env = _str_mapping(entry.get("env"), f'{where}: "env"')
         cwd = entry.get("cwd")
         return ServerSpec(name, "stdio", command=command, args=tuple(str(a) for a in args), env=env, cwd=cwd)
     url = entry.get("url")
     if not isinstance(url, str) or not re.match(r"^https?://", url):
         raise TrainctlError(
-            f"{where} has neither a \"command\" (stdio) nor an http(s) \"url\" (sse / streamable-http).",
+            f'{where} has neither a "command" (stdio) nor an http(s) "url" (sse / streamable-http).',
             hint='e.g. {"type": "sse", "url": "http://127.0.0.1:8001/sse"}',
         )
     if not kind:
         kind = "sse" if url.rstrip("/").endswith("/sse") else "streamable-http"
     if kind not in TRANSPORTS:
-        raise TrainctlError(f"{where}: unknown \"type\" {entry.get('type')!r}.", hint=f"one of {', '.join(TRANSPORTS)}")
-    headers = _str_mapping(entry.get("headers"), f"{where}: \"headers\"")
+        raise TrainctlError(f'{where}: unknown "type" {entry.get("type")!r}.', hint=f"one of {', '.join(TRANSPORTS)}")
+    headers = _str_mapping(entry.get("headers"), f'{where}: "headers"')
     return ServerSpec(name, kind, url=url, headers=headers)
 
 
@@ -196,8 +200,8 @@ def _expand(value: str, server: str, what: str) -> str:
     def var(m: re.Match) -> str:
         if m.group(1) not in os.environ:
             raise TrainctlError(
-                f"MCP server {server!r}: {what} refers to ${{{m.group(1)}}}, which is not set in the environment.",
-                hint=f"export {m.group(1)}=... before starting the run",
+                f"{what} refers to ${{{m.group(1)}}}, which is not set in the environment",
+                hint=f"export {m.group(1)}=... before starting the run (server {server!r})",
             )
         return os.environ[m.group(1)]
 
@@ -228,6 +232,8 @@ def explain(exc: BaseException, spec: ServerSpec | None = None) -> str:
     """One line saying why a server could not be used (the innermost cause of anyio's exception groups)."""
     leaves = _leaves(exc)
     leaf = next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
+    if isinstance(leaf, TrainctlError):
+        return leaf.message
     if isinstance(leaf, FileNotFoundError) and spec is not None and spec.transport == "stdio":
         return f"the command {spec.command!r} was not found"
     if isinstance(leaf, PermissionError) and spec is not None and spec.transport == "stdio":
@@ -353,7 +359,7 @@ def _stderr():
                 return stream
         except (AttributeError, OSError, ValueError):
             continue
-    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    return open(os.devnull, "w")
 
 
 class Bridge:
@@ -417,7 +423,7 @@ class Bridge:
         self._connections.clear()
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
-    def keys(self) -> list:
+    def open_keys(self) -> list:
         return list(self._connections)
 
     def shutdown(self) -> None:
@@ -506,7 +512,9 @@ def discover(servers: dict[str, ServerSpec], timeout: float = DEFAULT_CONNECT_TI
                 )
             )
         elif isinstance(result, BaseException):
-            problems.append(Problem(f"MCP server {spec.name!r}: {explain(result, spec)}", key=f"mcpServers.{spec.name}"))
+            problems.append(
+                Problem(f"MCP server {spec.name!r}: {explain(result, spec)}", key=f"mcpServers.{spec.name}")
+            )
         else:
             found[spec.name] = result
     if problems:
@@ -602,7 +610,7 @@ def tool_config(
                 raise TrainctlError(
                     f"MCP server {name!r}: {', '.join(literal)} would be written into the run's tool config as "
                     "literal values.",
-                    hint=f"write them as ${{VAR}} references (e.g. \"{literal[0]}\": \"${{{literal[0]}}}\") "
+                    hint=f'write them as ${{VAR}} references (e.g. "{literal[0]}": "${{{literal[0]}}}") '
                     "or keep the server in an mcpServers file",
                 )
             where = {"server_spec": spec.to_json()}
@@ -798,7 +806,9 @@ def _tool_class():
                 weakref.finalize(agent_data, lambda: b.closed or b.submit(b.close_key(key)))
             return key
 
-        async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
+        async def execute(
+            self, instance_id: str, parameters: dict[str, Any], **kwargs
+        ) -> tuple[ToolResponse, float, dict]:
             agent_data = kwargs.get("agent_data")
             start = time.perf_counter()
             error = True
@@ -844,7 +854,7 @@ def _tool_class():
             if self.session == "trajectory" and self._spec is not None:
                 key = ("instance", self._spec, instance_id)
                 b = bridge()
-                if key in b.keys():
+                if key in b.open_keys():
                     await b.acall(b.close_key(key))
 
     MCPTool.__module__ = __name__

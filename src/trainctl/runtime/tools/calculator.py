@@ -19,7 +19,7 @@ import os
 import time
 
 NAME = "calculator"
-DESCRIPTION = "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses."
+DESCRIPTION = "Evaluate arithmetic."
 EXPRESSION_HELP = "e.g. 12 * (3 + 4)"
 MAX_CHARS = 200
 MAX_EXPONENT = 64
