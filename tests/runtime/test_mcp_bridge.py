@@ -75,6 +75,8 @@ def test_servers_file_shapes_and_mistakes(tmp_path, no_processes):
     }
     assert servers["local"].describe() == "stdio: node build/index.js"
     assert "API_KEY" not in repr(servers["local"]) and "${API_KEY}" not in servers["local"].describe()
+    flags = mb.parse_server("x", {"command": "srv", "args": ["--api-key", SECRET, f"--token={SECRET}", "--port", "3"]})
+    assert flags.describe() == "stdio: srv --api-key *** --token=*** --port 3"
 
     broken = tmp_path / "broken.json"
     broken.write_text('{\n  "mcpServers": {\n    "calc": {"url": "http://x/sse",}\n  }\n}\n')

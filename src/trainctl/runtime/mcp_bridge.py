@@ -61,6 +61,7 @@ MAX_RESULT_CHARS = 100_000
 # error texts the model sees
 ERROR_PREFIX = "Error:"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_OPTION = re.compile(r"(token|secret|password|passwd|api[-_]?key|credential)", re.I)
 SESSION_SCOPES = ("shared", "trajectory")
 
 
@@ -87,8 +88,22 @@ class ServerSpec:
     def describe(self) -> str:
         """What a person needs to recognise the server: the command line or the URL (credentials removed)."""
         if self.transport == "stdio":
-            return f"stdio: {' '.join([self.command or '', *self.args])}"
+            return f"stdio: {self.command_line()}"
         return f"{self.transport}: {_strip_userinfo(self.url or '')}"
+
+    def command_line(self) -> str:
+        """The stdio command, with the values of secret-looking options (--api-key X, --token=X) masked."""
+        words, hide = [self.command or ""], False
+        for arg in self.args:
+            flag, eq, _ = arg.partition("=")
+            if hide:
+                words.append("***")
+            elif eq and flag.startswith("-") and _SECRET_OPTION.search(flag):
+                words.append(f"{flag}=***")
+            else:
+                words.append(arg)
+            hide = not eq and arg.startswith("-") and bool(_SECRET_OPTION.search(arg))
+        return " ".join(words)
 
     def to_json(self) -> dict:
         """The mcpServers entry, as given (env and headers included: only for files the user owns)."""
@@ -524,7 +539,7 @@ def discover(servers: dict[str, ServerSpec], timeout: float = DEFAULT_CONNECT_TI
 
 def _unreachable_hint(spec: ServerSpec) -> str:
     if spec.transport == "stdio":
-        return f"run it by hand to see it start: {' '.join([spec.command or '', *spec.args])}"
+        return f"run it by hand to see it start: {spec.command_line()}"
     return f"start the server first, or fix its url (check: curl -sN {_strip_userinfo(spec.url or '')})"
 
 
