@@ -455,6 +455,15 @@ _BRIDGE: Bridge | None = None
 _BRIDGE_LOCK = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    # a forked child (a data-loader worker) inherits the bridge object but not its thread: start afresh if needed
+    global _BRIDGE, _BRIDGE_LOCK
+    _BRIDGE, _BRIDGE_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def bridge() -> Bridge:
     """This process's bridge, started on first use; its servers stop when the process exits (atexit)."""
     global _BRIDGE
