@@ -124,11 +124,12 @@ class Backend:
             origins[path] = user_origin.get(path)  # files are looked up only when needed (see origin_of)
 
         added: set[str] = set()
+        tree = self.default_tree(choices)
         for path in list(leaves):
             if path in known:
                 continue
-            if self._may_add(path, comp.added):
-                added.add(path)
+            if self._may_add(path, comp.added) or self.declares(tree, path):
+                added.add(path)  # not in the backend's YAML: written with + in the raw command
                 continue
             origin = origins[path] or comp.origin(f"{self.node}.{path}") or f"{self.node}.{path}"
             problems.append(self.unknown_key(path, leaves.pop(path), known, trainctl_keys(comp), origin))
@@ -145,6 +146,11 @@ class Backend:
                 (OmegaConf.select(built, parent) if parent else built).pop(last, None)
         OmegaConf.set_struct(built, True)
         return BuiltConfig(cfg=built, leaves=leaves, origins=origins, added=added, defaults=self.default_tree(choices))
+
+    def declares(self, defaults: dict, path: str) -> bool:
+        """Whether the backend's config classes declare a key its default YAML leaves out (a verl dataclass field,
+        or a key under a field typed as a mapping)."""
+        return False
 
     def _may_add(self, path: str, added_on_purpose: set[str]) -> bool:
         prefixes = (*self.open_paths, *added_on_purpose)

@@ -108,6 +108,29 @@ class _Verl(Backend):
     node = "verl"
     entry = ""
 
+    def declares(self, defaults: dict, path: str) -> bool:
+        """Walk `path` through verl's defaults; below the last node with a `_target_`, ask its dataclass."""
+        from trainctl.backends.schemas import verl_schemas
+
+        found = verl_schemas()
+        node: object = defaults
+        schema = None
+        parts = path.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(node, dict) and node.get("_target_"):
+                schema = found.for_target(str(node["_target_"]))
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+                continue
+            if schema is None or part not in schema.fields:
+                return False
+            spec = schema.fields[part].spec
+            kinds = {s.kind for s in (spec.of if spec.kind == "union" else (spec,))}
+            if "dict" in kinds or "any" in kinds:
+                return True  # a mapping field: any key below it
+            return i == len(parts) - 1  # a declared scalar field
+        return False
+
     def env(self, cfg: Config) -> dict[str, str]:
         hw = cfg.hardware
         if hw.launcher == "ray_cluster" and hw.ray_address:
