@@ -89,7 +89,7 @@ class Plan:
     def trainctl_tree(self) -> dict:
         """The trainctl config in reading order: the groups, the run, then this backend's keys."""
         tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
-        order = ["algorithm", "model", "data", "hardware", "logger", "run", "paths", self.backend.node]
+        order = ["algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths", self.backend.node]
         return {k: tree[k] for k in order if k in tree}
 
     def trainctl_yaml(self) -> str:

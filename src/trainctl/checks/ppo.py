@@ -332,8 +332,9 @@ def legacy(s: Subject) -> list[Problem]:
 
 
 def reward_coverage(s: Subject) -> list[Problem]:
-    """Every RL row's data_source needs a scorer (verl issue #3450)."""
-    if s.value("reward.custom_reward_function.path"):
+    """Every RL row's data_source needs a scorer (verl issue #3450), unless a function, a reward model or a judge
+    scores every row."""
+    if s.value("reward.custom_reward_function.path") or s.cfg.reward.kind in ("model", "judge"):
         return []
     source = s.cfg.data.data_source
     if source in facts.SCORED_DATA_SOURCES or str(source).startswith(facts.SCORED_DATA_SOURCE_PREFIXES):
@@ -341,8 +342,9 @@ def reward_coverage(s: Subject) -> list[Problem]:
     return [
         Problem(
             f"data.data_source = {source!r} has no built-in reward function in verl, and no custom one is set.",
-            key="data.reward_fn",
-            hint="data.reward_fn=path/to/reward.py:compute_score (or use a data_source verl scores, e.g. openai/gsm8k)",
+            key="reward",
+            hint="reward=fn reward.fn=path/to/reward.py:compute_score (or a data_source verl scores, e.g. openai/gsm8k; "
+            "or reward=model / reward=judge)",
         )
     ]
 
