@@ -343,8 +343,8 @@ def reward_coverage(s: Subject) -> list[Problem]:
         Problem(
             f"data.data_source = {source!r} has no built-in reward function in verl, and no custom one is set.",
             key="reward",
-            hint="reward=fn reward.fn=path/to/reward.py:compute_score (or a data_source verl scores, e.g. openai/gsm8k; "
-            "or reward=model / reward=judge)",
+            hint="reward=fn reward.fn=path/to/reward.py:compute_score (or a data_source verl scores, e.g. "
+            "openai/gsm8k; or reward=model / reward=judge)",
         )
     ]
 
