@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, dpo, environment, files, memory, ppo, sft, types, values
+from trainctl.checks import data, dpo, environment, files, memory, ppo, reward, sft, types, values
 from trainctl.checks.base import Number, Subject
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
@@ -138,6 +138,7 @@ def make_plan(
     plan.problems += data.checks(s)
     plan.problems += environment.checks(s)
     plan.problems += memory.checks(s)
+    plan.problems += reward.checks(s)
     plan.raise_for_errors()
     plan.numbers = family.numbers(s)
     if native:
@@ -145,6 +146,7 @@ def make_plan(
 
         # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
         plan.problems += validate(s, use_cache=launching)
+        plan.problems += reward.probes(s)  # the judge's endpoint answers
         plan.raise_for_errors()
     return plan
 

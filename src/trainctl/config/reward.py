@@ -44,7 +44,13 @@ def manager(kind: str, engine: str) -> tuple[str, str] | None:
 
 
 def looks_like_folder(name: str) -> bool:
-    return "/" in name or name.startswith((".", "~")) or Path(name).expanduser().is_dir()
+    """A name written as a path (./rm, ~/models/rm, /data/rm) means a folder, never a model option."""
+    return "/" in name or name.startswith((".", "~"))
+
+
+def is_folder(name: str) -> bool:
+    """A folder: written as a path, or a bare name that is no model option but a folder here."""
+    return looks_like_folder(name) or (model_option(name) is None and Path(name).is_dir())
 
 
 @lru_cache(maxsize=32)
@@ -53,7 +59,7 @@ def model_folder(name: str | None, models_dir: str) -> str | None:
     NAME` writes it), else `<paths.models>/NAME` (the checks then say the option does not exist)."""
     if not name:
         return None
-    if looks_like_folder(name):
+    if is_folder(name):
         return str(Path(name).expanduser().resolve())
     option = model_option(name)
     if option is not None:
