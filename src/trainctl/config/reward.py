@@ -17,6 +17,7 @@ needs a GPU engine. So:
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,6 @@ def is_folder(name: str) -> bool:
     return looks_like_folder(name) or (model_option(name) is None and Path(name).is_dir())
 
 
-@lru_cache(maxsize=32)
 def model_folder(name: str | None, models_dir: str) -> str | None:
     """The folder a model name means: a folder as given, else the model option's `path` (where `trainctl model pull
     NAME` writes it), else `<paths.models>/NAME` (the checks then say the option does not exist)."""
@@ -67,9 +67,14 @@ def model_folder(name: str | None, models_dir: str) -> str | None:
     return str(Path(models_dir).expanduser() / name)
 
 
-@lru_cache(maxsize=32)
 def model_option(name: str):
     """The model option of this name (a trainctl.config.schema.Model), or None when there is none."""
+    # what a name means depends on trainctl's home and the user's config folders (./conf)
+    return _model_option(name, os.environ.get("TRAINCTL_HOME", ""), os.environ.get("HOME", ""), os.getcwd())
+
+
+@lru_cache(maxsize=32)
+def _model_option(name: str, *where: str):
     from trainctl.config.load import load
     from trainctl.config.search import SearchPath
     from trainctl.errors import ConfigProblems
