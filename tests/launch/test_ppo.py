@@ -10,7 +10,7 @@ import torch
 from trainctl.metrics import read_metrics
 
 REWARD = Path(__file__).with_name("partial_reward.py")
-FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
+FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 # what each algorithm must log beyond reward, entropy, the policy loss and the policy's KL from its old self
 EXTRA = {
     "grpo": ["actor/kl_loss"],  # GRPO regularises with a KL loss
