@@ -238,10 +238,12 @@ def _has_chat_template(folder: Path) -> bool:
 def reward_model(s: Subject) -> list[Problem]:
     r = s.cfg.reward
     folder = Path(reward_config.model_folder(r.model, s.cfg.paths.models) or "")
+    option = None if reward_config.is_folder(r.model) else reward_config.model_option(r.model)
     missing = _folder_problem("reward.model", r.model, folder, s.launching)
     if missing is not None:
-        return [missing]
-    option = None if reward_config.is_folder(r.model) else reward_config.model_option(r.model)
+        # not pulled yet: its option's size still says whether it will fit
+        fits = _fits(s, int(option.params), 2) if option is not None and option.params else []
+        return [missing, *fits]
     problems = classifier_problems("reward.model", r.model, folder)
     if option is not None and option.kind != "reward" and not problems:
         problems.append(
@@ -252,7 +254,7 @@ def reward_model(s: Subject) -> list[Problem]:
                 severity="warning",
             )
         )
-    return problems or _fits(s, folder)
+    return problems or _fits(s, *_params(folder))
 
 
 def _params(folder: Path) -> tuple[int, int]:
@@ -264,12 +266,11 @@ def _params(folder: Path) -> tuple[int, int]:
     return params, DTYPE_BYTES.get(names.get(dtype or "", ""), 2)
 
 
-def _fits(s: Subject, folder: Path) -> list[Problem]:
+def _fits(s: Subject, params: int, width: int) -> list[Problem]:
     """Where the reward model runs, its weights fit: a GPU engine's share of a GPU, or the host's memory."""
     from trainctl.models.memory import GiB
 
     r, hw = s.cfg.reward, s.cfg.hardware
-    params, width = _params(folder)
     if not params:
         return []
     if reward_config.on_servers(r.kind, hw.rollout_engine):
