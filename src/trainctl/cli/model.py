@@ -126,7 +126,7 @@ def ls() -> None:
         state = "-" if not d.exists else ("complete" if d.complete else f"incomplete: {d.problem}")
         commit = d.manifest.get("commit") or ""
         rev = f"{d.manifest.get('revision', '')} {commit[:8]}".strip() if commit else "-"
-        kind = e.kind.replace("causal_lm", "causal LM")
+        kind = e.kind.replace("_", "-")
         table.add_row(e.name, kind, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
     stdout_console().print(table)
 
