@@ -199,6 +199,7 @@ def test_group_judging_needs_a_group(cli, tiny_model, arith_data, no_processes):
             "config",
             "validate",
             *GRPO,
+            "algorithm=ppo",
             "reward=judge",
             "reward.judge=tiny",
             "reward.url=http://127.0.0.1:9/v1",
@@ -209,11 +210,11 @@ def test_group_judging_needs_a_group(cli, tiny_model, arith_data, no_processes):
     )
 
 
-def test_an_algorithms_own_reward_manager_conflicts_with_the_judge(cli, tiny_model, arith_data, no_processes):
-    result = cli("config", "validate", *GRPO, "algorithm=dapo", "reward=judge", "reward.judge=tiny",
-                 "reward.url=http://127.0.0.1:9/v1")  # fmt: skip
+def test_a_reward_manager_set_by_hand_conflicts_with_the_judge(cli, tiny_model, arith_data, no_processes):
+    result = cli("config", "validate", *GRPO, "reward=judge", "reward.judge=tiny", "reward.url=http://127.0.0.1:9/v1",
+                 "reward.reward_manager.name=dapo")  # fmt: skip
     one_error(
         result,
-        "reward.reward_manager.name = 'dapo' (set in conf/algorithm/dapo.yaml) would replace trainctl's judge reward "
-        "manager.",
+        "reward.reward_manager.name = 'dapo' (set in command line) would replace trainctl's judge reward manager.",
+        "drop reward.reward_manager.name, or score with reward=rule / reward=fn",
     )

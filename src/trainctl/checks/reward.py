@@ -36,7 +36,7 @@ def checks(s: Subject) -> list[Problem]:
                 )
             ]
         return []
-    problems = [*_settings(s), *_policy(s), *_verl_keys(s)]
+    problems = [*_settings(s), *_policy(s), *_verl_keys(s), *_filter_groups(s)]
     if r.kind == "model" and r.model:
         problems += reward_model(s)
     if r.kind == "judge" and r.judge:
@@ -107,6 +107,36 @@ def _verl_keys(s: Subject) -> list[Problem]:
             )
         )
     return problems
+
+
+def _filter_groups(s: Subject) -> list[Problem]:
+    """DAPO's dynamic sampling reads each group's metric while sampling (verl's replay buffer)."""
+    r = s.cfg.reward
+    if r.kind not in ("model", "judge") or not s.value("algorithm.filter_groups.enable"):
+        return []
+    metric = s.value("algorithm.filter_groups.metric")
+    if reward_config.on_servers(r.kind, s.cfg.hardware.rollout_engine) and not s.value(
+        "reward.reward_model.enable_resource_pool"
+    ):
+        return [
+            Problem(
+                "algorithm.filter_groups needs each group's reward while sampling; verl scores with a colocated "
+                "reward model only after sampling.",
+                key="algorithm.filter_groups.enable",
+                hint="algorithm.filter_groups.enable=false, or give the reward model GPUs of its own: "
+                "reward.reward_model.enable_resource_pool=true reward.reward_model.n_gpus_per_node=N "
+                "reward.reward_model.nnodes=1",
+            )
+        ]
+    if metric != "reward":
+        return [
+            Problem(
+                f"algorithm.filter_groups.metric = {metric!r}: reward={r.name} reports only the reward itself.",
+                key="algorithm.filter_groups.metric",
+                hint="algorithm.filter_groups.metric=reward",
+            )
+        ]
+    return []
 
 
 # -- reward=model -------------------------------------------------------------------------------------------------
@@ -358,8 +388,11 @@ def judge(s: Subject) -> list[Problem]:
         if importlib.util.find_spec("openai") is None:
             problems.append(Problem("reward=judge needs the openai package.", key="reward", hint="pip install openai"))
     problems += _template(s)
+    from trainctl.facts import verl as facts
+
     n = s.value("actor_rollout_ref.rollout.n")
-    if r.mode == "group" and isinstance(n, int) and n < 2:
+    grouped = s.value("algorithm.adv_estimator") in facts.GROUP_ESTIMATORS  # the PPO checks say it for these
+    if r.mode == "group" and isinstance(n, int) and n < 2 and not grouped:
         problems.append(
             Problem(
                 f"reward.mode = group ranks a prompt's responses against each other, but rollout.n = {n}.",
