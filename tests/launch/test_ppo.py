@@ -36,7 +36,14 @@ def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path):
     run = tmp_path / "work" / "runs" / algorithm
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2], sorted(metrics)
-    for key in ["critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/ppo_kl", *EXTRA[algorithm]]:
+    for key in [
+        "critic/score/mean",
+        "reward/fn/std",
+        "actor/entropy",
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        *EXTRA[algorithm],
+    ]:
         assert all(key in metrics[s] for s in (1, 2)), f"{key} not logged: {sorted(metrics[2])[:40]}"
     assert any(metrics[s]["critic/score/max"] > 0 for s in (1, 2)), "rewards are computed"
     if algorithm == "dapo":
