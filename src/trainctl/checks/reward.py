@@ -498,7 +498,7 @@ def probe_problems(url: str, model: str, key: str | None, key_env: str | None, t
 
     def said(e: Exception) -> str:
         text = str(getattr(e, "message", None) or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        text = Redactor({"JUDGE_KEY": key} if key else {}).text(text)
+        text = Redactor({"JUDGE_API_KEY": key} if key else {}).text(text)  # a secret's name, for the Redactor
         return text[:200]
 
     where = f"reward.url = {url}"

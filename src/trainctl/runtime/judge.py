@@ -383,6 +383,8 @@ class JudgeHub:
             group = self.groups[key] = _Group(step, truth, messages)
             asyncio.get_running_loop().create_task(self._judge_group(key, group))
         future = asyncio.get_running_loop().create_future()
+        if session in group.members:  # the same place twice (a retried request): keep both, never orphan one
+            session = max(group.members) + 1
         group.members[session] = (response, future)
         if len(group.members) >= self.group_size:
             group.full.set()
@@ -396,7 +398,10 @@ class JudgeHub:
         self.groups.pop(key, None)  # a later response of this prompt starts a group of its own
         sessions = sorted(group.members)
         responses = [group.members[s][0] for s in sessions]
-        results = await self._judge(group.step, key, group.messages, responses, group.ground_truth)
+        try:
+            results = await self._judge(group.step, key, group.messages, responses, group.ground_truth)
+        except Exception:  # never leave a response waiting: every member gets the failure score
+            results = [(self.failure_score, False)] * len(sessions)
         for s, result in zip(sessions, results, strict=True):
             future = group.members[s][1]
             if not future.done():
@@ -408,7 +413,10 @@ class JudgeHub:
         except Exception as e:  # a template that breaks on this row: a failure like any other
             verdict = Verdict(None, "error", f"template: {e}")
         else:
-            verdict = await self.client.ask(prompt, self.mode, len(responses))
+            try:
+                verdict = await self.client.ask(prompt, self.mode, len(responses))
+            except Exception as e:  # whatever goes wrong with the judge is a counted failure, never the run's end
+                verdict = Verdict(None, "error", type(e).__name__)
         counts = self.counts[step]
         counts["calls"] += 1
         counts["responses"] += len(responses)
