@@ -66,7 +66,8 @@ def main() -> list[Row]:
             "hardware.attn_implementation=sdpa",
             f"model.path={mid}",
             f"run.max_steps={STEPS}",
-            f"data.reward_fn={REWARD}:compute_score",
+            "reward=fn",
+            f"reward.fn={REWARD}:compute_score",
             "hardware.gpu_memory_utilization=0.35",
             "actor_rollout_ref.rollout.enforce_eager=true",
         ]

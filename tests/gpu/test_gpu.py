@@ -84,7 +84,8 @@ def _rl(model: Path, name: str, steps: int) -> list[str]:
         *_mid(model),
         f"run.name={name}",
         f"run.max_steps={steps}",
-        f"data.reward_fn={REWARD}:compute_score",
+        "reward=fn",
+        f"reward.fn={REWARD}:compute_score",
         "hardware.gpu_memory_utilization=0.35",
         # no CUDA-graph capture: a 3-step test would spend most of its time compiling
         "actor_rollout_ref.rollout.enforce_eager=true",

@@ -58,7 +58,8 @@ def agent_overrides(model: Path, data: Path, tools_yaml: Path, rollouts: Path) -
         # the calculator's schema is in every prompt (~115 tokens); a call, its answer and the final answer ~70
         "data.max_prompt_length=160",
         "data.max_response_length=128",
-        f"data.reward_fn={REWARD}:compute_score",
+        "reward=fn",
+        f"reward.fn={REWARD}:compute_score",
         f"{multi_turn}.enable=true",
         f"{multi_turn}.format=hermes",
         f"{multi_turn}.tool_config_path={tools_yaml}",

@@ -10,7 +10,7 @@ import torch
 from trainctl.metrics import read_metrics
 
 REWARD = Path(__file__).with_name("partial_reward.py")
-FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
+FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 # what each algorithm must log beyond reward, entropy, the policy loss and the policy's KL from its old self
 EXTRA = {
     "grpo": ["actor/kl_loss"],  # GRPO regularises with a KL loss
@@ -36,7 +36,14 @@ def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path):
     run = tmp_path / "work" / "runs" / algorithm
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2], sorted(metrics)
-    for key in ["critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/ppo_kl", *EXTRA[algorithm]]:
+    for key in [
+        "critic/score/mean",
+        "reward/fn/std",
+        "actor/entropy",
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        *EXTRA[algorithm],
+    ]:
         assert all(key in metrics[s] for s in (1, 2)), f"{key} not logged: {sorted(metrics[2])[:40]}"
     assert any(metrics[s]["critic/score/max"] > 0 for s in (1, 2)), "rewards are computed"
     if algorithm == "dapo":

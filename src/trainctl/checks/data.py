@@ -17,11 +17,7 @@ def reward_fn(s: Subject) -> tuple[str | None, str | None, str]:
     if s.backend != "verl-ppo":
         return None, None, ""
     path, name = s.value("reward.custom_reward_function.path"), s.value("reward.custom_reward_function.name")
-    key = next(
-        (f"{group}.reward_fn" for group in ("data", "algorithm") if getattr(s.cfg, group).reward_fn),
-        "reward.custom_reward_function.path",
-    )
-    return path, name, key
+    return path, name, "reward.fn" if s.cfg.reward.fn else "reward.custom_reward_function.path"
 
 
 def checks(s: Subject) -> list[Problem]:
@@ -31,8 +27,10 @@ def checks(s: Subject) -> list[Problem]:
     fmt = s.cfg.algorithm.data_format
     path, name, key = reward_fn(s)
     problems = check_reward_fn(path, name, key) if path else []
+    # a reward model or a judge scores any row: no rule scorer or ground truth needed
+    judged = s.cfg.reward.kind in ("model", "judge")
     for split_key in ("train_files", "val_files"):
         f = getattr(s.cfg.data, split_key)
         if f and Path(f).expanduser().is_file() and Path(f).suffix == ".parquet":
-            problems += quick_check(Path(f), fmt, custom_reward=bool(path))
+            problems += quick_check(Path(f), fmt, custom_reward=bool(path) or judged, ground_truth=not judged)
     return problems

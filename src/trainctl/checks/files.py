@@ -16,7 +16,9 @@ def model_present(path: str | Path) -> bool:
 
 
 def model_fix(name: str) -> str:
-    return "trainctl model init tiny" if name == "tiny" else f"trainctl model pull {name}"
+    from trainctl.models.tiny import BUILT
+
+    return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
 def checks(s: Subject) -> list[Problem]:

@@ -332,17 +332,21 @@ def legacy(s: Subject) -> list[Problem]:
 
 
 def reward_coverage(s: Subject) -> list[Problem]:
-    """Every RL row's data_source needs a scorer (verl issue #3450)."""
-    if s.value("reward.custom_reward_function.path"):
+    """Every RL row's data_source needs a scorer (verl issue #3450), unless a function, a reward model or a judge
+    scores every row."""
+    if s.cfg.reward.kind in ("model", "judge") or s.value("reward.custom_reward_function.path"):
         return []
+    if s.value("reward.reward_model.enable") is True:
+        return []  # verl's reward-model servers, set by hand: the model scores every row
     source = s.cfg.data.data_source
     if source in facts.SCORED_DATA_SOURCES or str(source).startswith(facts.SCORED_DATA_SOURCE_PREFIXES):
         return []
     return [
         Problem(
             f"data.data_source = {source!r} has no built-in reward function in verl, and no custom one is set.",
-            key="data.reward_fn",
-            hint="data.reward_fn=path/to/reward.py:compute_score (or use a data_source verl scores, e.g. openai/gsm8k)",
+            key="reward",
+            hint="reward=fn reward.fn=path/to/reward.py:compute_score (or a data_source verl scores, e.g. "
+            "openai/gsm8k; or reward=model / reward=judge)",
         )
     ]
 

@@ -119,14 +119,15 @@ def ls() -> None:
     from trainctl.models.pull import human
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("model", "repository", "on disk", "size", "revision", "path"):
+    for col in ("model", "kind", "repository", "on disk", "size", "revision", "path"):
         table.add_column(col)
     for e in catalog():
         d = e.disk
         state = "-" if not d.exists else ("complete" if d.complete else f"incomplete: {d.problem}")
         commit = d.manifest.get("commit") or ""
         rev = f"{d.manifest.get('revision', '')} {commit[:8]}".strip() if commit else "-"
-        table.add_row(e.name, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
+        kind = e.kind.replace("_", "-")
+        table.add_row(e.name, kind, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
     stdout_console().print(table)
 
 
@@ -235,28 +236,32 @@ def info(
 Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
+  trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
 """
 )
 def init(
-    name: Annotated[str, typer.Argument(help="the model to build: tiny")],
+    name: Annotated[str, typer.Argument(help="the model to build: tiny, or the reward model tiny-rm")],
     out: Annotated[
         Path | None, typer.Option("--out", help="where to write it (default: the model group's path)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if it is already there")] = False,
 ) -> None:
-    """Build the tiny local model (tokenizer and random Qwen2 weights), the one the demo and the tests use."""
+    """Build a tiny local model (tokenizer and random Qwen2 weights): tiny, the one the demo and the tests train, or
+    tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm)."""
     from trainctl.config.load import load
     from trainctl.errors import TrainctlError
-    from trainctl.models.tiny import init_tiny
+    from trainctl.models.tiny import BUILT, init_tiny
 
-    if name != "tiny":
+    if name not in BUILT:
         raise TrainctlError(
-            f"only `tiny` is built locally; {name!r} comes from a hub.", hint=f"trainctl model pull {name}"
+            f"only {' and '.join(BUILT)} are built locally; {name!r} comes from a hub.",
+            hint=f"trainctl model pull {name}",
         )
-    target = out or Path(load(["model=tiny"]).cfg.model.path)
+    target = out or Path(load([f"model={name}"]).cfg.model.path)
     existed = (target / "config.json").is_file()
-    path = init_tiny(target, force=force)
-    typer.echo(f"{'Already there' if existed and not force else 'Built'}: tiny model at {path}")
+    path = init_tiny(target, force=force, name=name)
+    what = "tiny reward model" if name == "tiny-rm" else "tiny model"
+    typer.echo(f"{'Already there' if existed and not force else 'Built'}: {what} at {path}")
 
 
 @app.command(

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trainctl.config import resolvers
 from trainctl.config.overrides import Override, suggest_option
-from trainctl.config.schema import BACKEND_NODES, SECTIONS, declares
+from trainctl.config.schema import BACKEND_NODES, SECTIONS, declares, moved
 from trainctl.config.search import GROUPS, SearchPath
 from trainctl.errors import ConfigProblems, Problem
 
@@ -218,6 +218,10 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
 
     trainctl_overrides: list[Override] = []
     for o in maybe_trainctl:
+        problem = moved(o.key, o.value)
+        if problem is not None:
+            problems.append(problem)
+            continue
         # a key trainctl's schema declares is trainctl's; any other (data.train_batch_size) is the backend's
         if not declares(o.key):
             backend.append((o, None, o.key))

@@ -14,7 +14,7 @@ from typing import Any
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.origins import COMMAND_LINE
 from trainctl.config.overrides import Override, parse, render_value
-from trainctl.config.schema import BACKEND_NODES, Config, from_dict
+from trainctl.config.schema import BACKEND_NODES, MOVED, Config, from_dict, moved
 from trainctl.config.search import SearchPath
 from trainctl.config.types import ClassSchema, Issue, check_tree, example, schemas_of
 from trainctl.errors import ConfigProblems, Problem
@@ -64,6 +64,8 @@ def issue_problem(issue: Issue, comp: Composition | None, schemas: dict[str, Cla
     origin = comp.origin(key) if comp is not None else None
     where = f" (set in {origin})" if origin and origin != COMMAND_LINE else ""
     section = key.split(".")[0]
+    if issue.kind == "unknown" and key in MOVED:
+        return moved(key, issue.value, origin if origin != COMMAND_LINE else None)
     if issue.kind == "unknown":
         guess = closest(key.rsplit(".", 1)[-1], issue.known)
         parent = key.rpartition(".")[0]

@@ -39,6 +39,35 @@ def _fn_name(spec):
     return name if file else "compute_score"
 
 
+def _if_rm_servers(kind, engine, value):
+    from trainctl.config.reward import on_servers
+
+    return value if on_servers(kind, engine) else UNSET
+
+
+def _reward_manager(kind, engine, field):
+    from trainctl.config.reward import manager
+
+    found = manager(kind, engine)
+    if found is None:
+        return UNSET
+    return {"source": "importlib", "name": found[1], "path": found[0]}[field]
+
+
+def _reward_settings(reward, engine, models_dir, run_dir):
+    from trainctl.config.reward import runtime_settings
+
+    reward = OmegaConf.to_container(reward, resolve=True) if OmegaConf.is_config(reward) else reward
+    found = runtime_settings(reward, engine, models_dir, run_dir)
+    return UNSET if found is None else found
+
+
+def _model_path(name, models_dir):
+    from trainctl.config.reward import model_folder
+
+    return model_folder(name, models_dir)
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -56,6 +85,10 @@ _RESOLVERS = {
     "tc.fn_file": _fn_file,
     "tc.fn_name": _fn_name,
     "tc.report_to": _report_to,
+    "tc.model_path": _model_path,
+    "tc.if_rm_servers": _if_rm_servers,
+    "tc.reward_manager": _reward_manager,
+    "tc.reward_settings": _reward_settings,
 }
 
 

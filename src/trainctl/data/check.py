@@ -69,8 +69,8 @@ def coverage_problems(sources: Counter, custom_reward: bool, path: Path) -> list
         Problem(
             f"{path}: no reward function for data_source {listed}: verl would fail with "
             '"Reward function is not implemented" once rollouts start.',
-            key="data.reward_fn",
-            hint="name your scorer: data.reward_fn=path/to/reward.py:compute_score, or write a data_source verl "
+            key="reward",
+            hint="name your scorer: reward=fn reward.fn=path/to/reward.py:compute_score, or write a data_source verl "
             "scores (e.g. trainctl data convert ... --data-source openai/gsm8k)",
         )
     ]
@@ -79,8 +79,9 @@ def coverage_problems(sources: Counter, custom_reward: bool, path: Path) -> list
 # -- the quick check, columnar ----------------------------------------------------------------------------------
 
 
-def quick_check(path: Path, fmt: str, custom_reward: bool) -> list[Problem]:
-    """Schema, reward coverage and empty ground truths from a parquet file's footer and two columns."""
+def quick_check(path: Path, fmt: str, custom_reward: bool, ground_truth: bool = True) -> list[Problem]:
+    """Schema, reward coverage and empty ground truths (unless the reward needs none) from a parquet file's footer
+    and two columns."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -95,6 +96,8 @@ def quick_check(path: Path, fmt: str, custom_reward: bool) -> list[Problem]:
     table = pq.read_table(path, columns=["data_source", "reward_model"])
     counts = pc.value_counts(table["data_source"]).to_pylist()
     problems += coverage_problems(Counter({c["values"]: c["counts"] for c in counts}), custom_reward, path)
+    if not ground_truth:
+        return problems
     rm = table["reward_model"]
     try:
         truths = pc.struct_field(rm, "ground_truth")

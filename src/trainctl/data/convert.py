@@ -212,7 +212,7 @@ def convert(
             raise DataError(
                 "RL rows need a data_source: verl picks the reward function by it.",
                 hint=f"--data-source openai/gsm8k (or another verl scores: {known}, ...), or your own name "
-                "with a custom reward: data.reward_fn=path/to/reward.py:compute_score",
+                "with your own scorer: reward=fn reward.fn=path/to/reward.py:compute_score",
             )
     target = Target(fmt=to, data_source=data_source, ability=ability or "math", instruction=instruction, split=split)
     write_formats(examples_from(read_rows(source), shape), {to: (target, out)}, summary, limit, progress)

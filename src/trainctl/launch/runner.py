@@ -61,6 +61,8 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     hw = plan.cfg.hardware
     if hw.device == "cpu" and plan.backend.node == "verl":
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
+    if plan.cfg.family == "ppo":
+        env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)

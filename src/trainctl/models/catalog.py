@@ -149,6 +149,7 @@ class Listed:
     name: str
     repo: str | None
     disk: OnDisk
+    kind: str = "causal_lm"  # or reward (a model option's kind; a folder's config.json architecture)
 
 
 def catalog() -> list[Listed]:
@@ -158,11 +159,22 @@ def catalog() -> list[Listed]:
     for name, model in _options().items():
         path = Path(model.path).expanduser()
         claimed.add(path.resolve())
-        out.append(Listed(name, model.hf_repo or model.ms_repo, on_disk(path)))
+        out.append(Listed(name, model.hf_repo or model.ms_repo, on_disk(path), model.kind))
     base = models_dir()
     if base.is_dir():
         for d in sorted(base.iterdir()):
             if d.is_dir() and not d.name.startswith(".") and d.resolve() not in claimed:
                 manifest = read_manifest(d)
-                out.append(Listed(d.name, manifest.get("repo"), on_disk(d)))
+                out.append(Listed(d.name, manifest.get("repo"), on_disk(d), folder_kind(d)))
     return out
+
+
+def folder_kind(path: Path) -> str:
+    """reward for a sequence classifier with one label (config.json), else causal_lm."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return "causal_lm"
+    arch = (config.get("architectures") or [""])[0]
+    labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    return "reward" if arch.endswith("ForSequenceClassification") and labels == 1 else "causal_lm"

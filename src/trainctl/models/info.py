@@ -113,6 +113,11 @@ def _chat_template(folder: Path) -> bool:
         return False
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether a model folder's tokenizer carries a chat template."""
+    return _chat_template(folder)
+
+
 def from_folder(name: str, folder: Path) -> ModelInfo:
     c = _config(folder)
     heads = c.get("num_attention_heads", 1)

@@ -1,6 +1,8 @@
-"""The tiny local model: a byte-level BPE tokenizer and a random Qwen2, built without any download.
+"""The tiny local models: a byte-level BPE tokenizer and a random Qwen2, built without any download; and a tiny
+reward model (the same tokenizer and shape, a one-label classification head) for reward=model.
 
-`trainctl model init tiny`, `make demo` and the tests all build it here. Seeded: the files are the same every time.
+`trainctl model init tiny|tiny-rm`, `make demo` and the tests all build them here. Seeded: the files are the same
+every time.
 """
 
 from __future__ import annotations
@@ -54,13 +56,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def _arch() -> dict:
-    """The architecture the `tiny` model option declares (conf/model/tiny.yaml)."""
+def _arch(name: str = "tiny") -> dict:
+    """The architecture a tiny model option declares (conf/model/tiny.yaml, tiny-rm.yaml)."""
     import yaml
 
     from trainctl.paths import builtin_conf_dir
 
-    return yaml.safe_load((builtin_conf_dir() / "model" / "tiny.yaml").read_text())["arch"]
+    return yaml.safe_load((builtin_conf_dir() / "model" / f"{name}.yaml").read_text())["arch"]
 
 
 def tool_lines(n: int = 5) -> list[str]:
@@ -139,14 +141,10 @@ def build_tokenizer():
     return hf
 
 
-def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
-    """A random Qwen2 of the tiny option's architecture (or `arch`, same keys) over the tiny tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def _config(tokenizer, arch: dict, **extra):
+    from transformers import Qwen2Config
 
-    arch = arch or _arch()
-    # the embedding is padded to the declared vocabulary size, as Qwen's own checkpoints are
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=max(arch["vocab_size"], len(tokenizer)),
         hidden_size=arch["hidden_size"],
         intermediate_size=arch["intermediate_size"],
@@ -159,7 +157,27 @@ def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         dtype="float32",
+        **extra,
     )
+
+
+def build_reward_model(tokenizer, seed: int = 1):
+    """A random Qwen2ForSequenceClassification with one label: its logit for a conversation is the reward."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+
+    arch = _arch("tiny-rm")
+    torch.manual_seed(seed)
+    return Qwen2ForSequenceClassification(_config(tokenizer, arch, num_labels=1))
+
+
+def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
+    """A random Qwen2 of the tiny option's architecture (or `arch`, same keys) over the tiny tokenizer."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    # the embedding is padded to the declared vocabulary size, as Qwen's own checkpoints are
+    config = _config(tokenizer, arch or _arch())
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = config.eos_token_id
@@ -167,8 +185,12 @@ def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
     return model
 
 
-def init_tiny(out: Path, force: bool = False) -> Path:
-    """Write the tiny model to `out` (built in a temporary folder, then renamed into place)."""
+BUILT = ("tiny", "tiny-rm")
+
+
+def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
+    """Write a tiny model (`tiny`, or the reward model `tiny-rm`) to `out` (built in a temporary folder, then
+    renamed into place)."""
     out = Path(out).expanduser()
     if (out / "config.json").is_file() and not force:
         return out
@@ -177,12 +199,14 @@ def init_tiny(out: Path, force: bool = False) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = build_tokenizer()
-    model = build_model(tok)
+    model = build_reward_model(tok) if name == "tiny-rm" else build_model(tok)
     tmp.mkdir(parents=True)
     tok.save_pretrained(tmp)
     hf_logging.disable_progress_bar()
     model.save_pretrained(tmp, safe_serialization=True)
-    atomic_write_text(tmp / "trainctl-model.json", '{"name": "tiny", "source": "trainctl model init tiny"}\n')
+    atomic_write_text(
+        tmp / "trainctl-model.json", json.dumps({"name": name, "source": f"trainctl model init {name}"}) + "\n"
+    )
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

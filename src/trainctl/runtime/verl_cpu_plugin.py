@@ -4,10 +4,17 @@ verl loads every `verl.plugins` entry point at the end of `import verl`, in each
 ranks, Ray workers). This module does nothing unless trainctl launched the process: with VERL_PLATFORM=cpu (which
 trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run trainctl launched (TRAINCTL_LAUNCHED=1)
 without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
-trainctl did not start is untouched.
+trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
+TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics).
 """
 
 import os
+
+if os.environ.get("TRAINCTL_REWARD_KIND"):
+    # reward metrics in the training log (trainctl.runtime.reward_metrics): GPU runs too
+    from trainctl.runtime.reward_metrics import install as _install_reward_metrics
+
+    _install_reward_metrics()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
