@@ -211,6 +211,9 @@ class Hardware:
         "attention kernel (null: the model's default, flash_attention_2)"
     )
     torch_compile: bool = opt("compile the model with torch.compile", True)
+    param_dtype: Literal["bf16", "fp16", "fp32"] | None = opt(
+        "precision FSDP computes in (its mixed precision's param_dtype); null keeps verl's default, bf16"
+    )
     worker_processes: int = opt("worker processes per pool (SFT loaders; PPO reward, agent-loop, storage)", 8, ge=0)
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
