@@ -112,6 +112,8 @@ class HFRolloutServer:
             raise NotImplementedError("trainctl's hf rollout is text-only")
         params = dict(sampling_params)
         prompt_ids = [int(t) for t in prompt_ids]
+        if not prompt_ids:  # refused here, not inside the batch, where it would fail the other requests too
+            raise ValueError(f"hf rollout: request {request_id} has an empty prompt")
         max_tokens = self._max_tokens(len(prompt_ids), params)
         want_log_probs = params.pop("logprobs", None) not in (None, False)
         request = SamplingParams.from_request(params, max_tokens)
@@ -131,8 +133,10 @@ class HFRolloutServer:
 
     async def _schedule(self) -> None:
         """Run the batch while it has work; requests that arrived during a step join before the next one."""
+        started, tokens, steps, requests = time.perf_counter(), self.tokens_generated, self.sampler.steps, 0
         try:
             while self._incoming or self.sampler.busy:
+                requests += len(self._incoming)
                 for prompt_ids, request, done in self._incoming:
                     self._waiters[self.sampler.add(prompt_ids, request)] = done
                 self._incoming.clear()
@@ -155,6 +159,14 @@ class HFRolloutServer:
                 raise
         finally:
             self._scheduler = None
+            logger.debug(
+                "hf rollout: %d requests, %d tokens in %.3fs (%d decode steps, up to %d requests at once)",
+                requests,
+                self.tokens_generated - tokens,
+                time.perf_counter() - started,
+                self.sampler.steps - steps,
+                self.sampler.largest_batch,
+            )
 
     def _step(self) -> list[tuple[Any, Completion]]:
         with self._model_lock:

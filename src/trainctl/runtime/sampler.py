@@ -11,8 +11,11 @@ slowest one. vLLM-style paged attention is not needed at the sizes a CPU runs; w
   - a joining group is prefilled together (left-padded, one forward pass), then its cache is padded and stacked
     onto the running one; rows that finish are dropped and padding columns no row needs any more are cut off;
   - the cache always holds every token of a row but the last sampled one, which is the next step's input.
-transformers' own continuous batching (`generate_batch`) takes one GenerationConfig for the whole batch and does
-not return the raw log-probs verl needs, hence this module.
+Why not transformers' own continuous batching (transformers 5.10 `generate_batch` / `init_continuous_batching`):
+greedy or sampled is one switch for the whole batch (`do_sample`), per-request temperature/top-k/top-p exist only
+where the shared GenerationConfig already turned those processors on, its log-probs are of the processed
+distribution (verl compares the rollout's log-probs with the actor's raw ones), there are no stop strings, and it
+samples from torch's global generator. Hence this module (about 300 lines).
 
 Settings are per request inside a batch (temperature, where 0 is greedy; top-k; top-p; repetition penalty;
 max tokens; stop token ids; stop strings; ignore_eos), as vLLM defines them. Log-probs are of the raw logits (vLLM's
