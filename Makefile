@@ -47,6 +47,17 @@ test: $(STAMP) ## run the test suite (no GPU needed; slow and gpu tests are skip
 test-slow: $(STAMP) ## run the slow tests too
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
+# The GPU extra pins what verl[vllm]==0.9.1 pins (vLLM 0.24, torch 2.11); it gets its own environment so that the
+# CPU one keeps its torch. On a machine without internet, carry the wheels instead (see tests/gpu/README.md).
+GPU_VENV ?= .venv-gpu
+GPU_TORCH_SPEC ?= torch==2.11.0
+
+.PHONY: test-gpu
+test-gpu: ## on a GPU machine: install the gpu extra (vLLM) in .venv-gpu, then run the gpu tests
+	$(MAKE) install VENV=$(GPU_VENV) TORCH_SPEC="$(GPU_TORCH_SPEC)"
+	$(GPU_VENV)/bin/python -m pip install -q -c $(GPU_VENV)/constraints.txt -e '.[gpu,test]'
+	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu -rs $(PYTEST_ARGS)
+
 .PHONY: bench
 bench: $(STAMP) ## run the benchmarks (medians of several runs; see benchmarks/README.md)
 	$(BIN)/python benchmarks/run.py
@@ -64,6 +75,10 @@ format: $(STAMP) ## apply ruff fixes and formatting
 .PHONY: golden
 golden: $(STAMP) ## regenerate the golden backend configs in tests/golden/
 	$(BIN)/python -m tests.golden.regenerate
+
+.PHONY: schemas
+schemas: $(STAMP) ## re-read the installed verl's and TRL's config dataclasses into src/trainctl/facts/schemas/
+	$(BIN)/python -m trainctl.backends.schemas
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches

@@ -50,6 +50,14 @@ def tiny_model_dir(session_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_reward_model_dir(session_dir) -> Path:
+    """A tiny reward model: the tiny model's tokenizer and shape, random weights, a one-label classification head."""
+    from trainctl.models.tiny import init_tiny
+
+    return init_tiny(session_dir / "models" / "tiny-rm", name="tiny-rm")
+
+
+@pytest.fixture(scope="session")
 def arith_data_dir(session_dir) -> Path:
     from trainctl.data.arith import rows
     from trainctl.data.writer import write_rows

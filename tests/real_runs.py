@@ -24,7 +24,7 @@ REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
 FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
-FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", f"data.reward_fn={REWARD}:compute_score"]
+FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 
 

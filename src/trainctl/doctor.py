@@ -6,8 +6,12 @@ import importlib.util
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainctl.launch.lock import versions
+
+if TYPE_CHECKING:
+    from trainctl.config.schema import Config
 
 
 @dataclass
@@ -39,8 +43,8 @@ def cluster_nodes(address: str) -> list[dict]:
     return [{"ip": n.node_ip, "resources": dict(n.resources_total or {})} for n in nodes]
 
 
-def run_checks(tc: dict) -> list[Check]:
-    hw, model = tc["hardware"], tc["model"]
+def run_checks(cfg: Config) -> list[Check]:
+    hw, model = cfg.hardware, cfg.model
     checks: list[Check] = []
     v = versions()
     checks.append(Check("versions", "info", ", ".join(f"{k} {x}" for k, x in v.items() if x)))
@@ -65,38 +69,36 @@ def run_checks(tc: dict) -> list[Check]:
         found = importlib.util.find_spec(engine) is not None
         checks.append(Check(engine, "ok" if found else "info", "importable" if found else "not installed"))
 
-    want = f"{hw['nnodes']} node(s) x {hw['gpus_per_node']} {'process(es)' if hw['device'] == 'cpu' else 'GPU(s)'}"
-    if hw["launcher"] == "local":
-        if hw["device"] == "cuda":
-            ok = n >= hw["gpus_per_node"]
-            checks.append(
-                Check(f"hardware={hw['name']}", "ok" if ok else "fail", f"wants {want}; this machine has {n}")
-            )
+    want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
+    if hw.launcher == "local":
+        if hw.device == "cuda":
+            ok = n >= hw.gpus_per_node
+            checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", f"wants {want}; this machine has {n}"))
         else:
-            checks.append(Check(f"hardware={hw['name']}", "ok", f"wants {want} on this machine's CPU"))
-    elif not hw.get("ray_address"):
-        checks.append(Check(f"hardware={hw['name']}", "fail", f"wants {want} on a Ray cluster; set RAY_ADDRESS"))
+            checks.append(Check(f"hardware={hw.name}", "ok", f"wants {want} on this machine's CPU"))
+    elif not hw.ray_address:
+        checks.append(Check(f"hardware={hw.name}", "fail", f"wants {want} on a Ray cluster; set RAY_ADDRESS"))
     else:
         try:
-            nodes = cluster_nodes(str(hw["ray_address"]))
-            key = "GPU" if hw["device"] == "cuda" else "CPU"
+            nodes = cluster_nodes(str(hw.ray_address))
+            key = "GPU" if hw.device == "cuda" else "CPU"
             per_node = [int(nd["resources"].get(key, 0)) for nd in nodes]
-            ok = len(nodes) >= hw["nnodes"] and sum(p >= hw["gpus_per_node"] for p in per_node) >= hw["nnodes"]
+            ok = len(nodes) >= hw.nnodes and sum(p >= hw.gpus_per_node for p in per_node) >= hw.nnodes
             detail = f"wants {want}; cluster has {len(nodes)} node(s) with {key}: {per_node}"
-            checks.append(Check(f"hardware={hw['name']}", "ok" if ok else "fail", detail))
+            checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", detail))
         except Exception as e:
-            checks.append(Check(f"hardware={hw['name']}", "fail", f"cannot reach {hw['ray_address']}: {e}"))
+            checks.append(Check(f"hardware={hw.name}", "fail", f"cannot reach {hw.ray_address}: {e}"))
 
     for label, folder in (
-        ("disk for runs", Path(tc["run"]["dir"]).parent),
-        ("disk for models", Path(model["path"]).parent),
+        ("disk for runs", Path(cfg.run.dir).parent),
+        ("disk for models", Path(model.path).parent),
     ):
         folder = folder.expanduser().resolve()
         probe = folder
         while not probe.exists():
             probe = probe.parent
         free = shutil.disk_usage(probe).free
-        need = float(model.get("params") or 0) * 2 * (3 if label == "disk for runs" else 1)
+        need = float(model.params or 0) * 2 * (3 if label == "disk for runs" else 1)
         status = "ok" if free > need else "warn"
         checks.append(
             Check(label, status, f"{_gib(free)} free at {folder}" + (f"; ~{_gib(need)} needed" if need else ""))

@@ -1,7 +1,9 @@
 """A plan: what `trainctl train` would run, with every problem found before anything starts.
 
-make_plan() composes the trainctl config, translates it into the backend's config, and runs the checks:
+make_plan() loads the trainctl config (composed, resolved, checked against its schema: trainctl.config.load),
+translates it into the backend's config (trainctl.backends), and runs the checks (trainctl.checks) on both:
 fast ones first (no verl import: an answer within a second), then the backend's own validation.
+Nothing below this module calls back into it: data, models, checks and the runtime take a config or a Subject.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
-from trainctl.backends.base import Backend, BuiltConfig, Command, Number, get
-from trainctl.checks import data, dpo, environment, files, memory, ppo, sft
-from trainctl.checks.values import check_values
-from trainctl.config.compose import Composition, compose, resolve_trainctl
-from trainctl.config.overrides import parse
+from trainctl.backends.base import Backend, BuiltConfig, Command
+from trainctl.checks import data, dpo, environment, files, memory, ppo, reward, sft, types, values
+from trainctl.checks.base import Number, Subject
+from trainctl.config.compose import Composition
+from trainctl.config.load import Loaded, load
+from trainctl.config.overrides import Override
+from trainctl.config.schema import Config
 from trainctl.config.search import SearchPath
 from trainctl.errors import ConfigProblems, Problem
 
@@ -27,8 +31,7 @@ _FAMILY_CHECKS = {"ppo": ppo, "sft": sft, "dpo": dpo}
 
 @dataclass
 class Plan:
-    comp: Composition
-    tc: dict  # the trainctl config, resolved (without the backend nodes)
+    loaded: Loaded
     backend: Backend
     built: BuiltConfig | None = None
     launching: bool = False
@@ -36,9 +39,24 @@ class Plan:
     numbers: list[Number] = field(default_factory=list)
 
     @property
-    def cfg(self) -> DictConfig:
+    def cfg(self) -> Config:
+        """trainctl's config, typed and checked."""
+        return self.loaded.cfg
+
+    @property
+    def comp(self) -> Composition:
+        return self.loaded.comp
+
+    @property
+    def backend_cfg(self) -> DictConfig:
         assert self.built is not None
         return self.built.cfg
+
+    @cached_property
+    def subject(self) -> Subject:
+        """What the checks look at."""
+        assert self.built is not None
+        return Subject(self.cfg, self.comp, self.backend.name, self.built, self.launching)
 
     @property
     def errors(self) -> list[Problem]:
@@ -50,33 +68,38 @@ class Plan:
 
     def value(self, path: str, default: Any = None) -> Any:
         """A backend config value, resolved."""
-        return get(self.cfg, path, default)
-
-    @cached_property
-    def _rows(self) -> dict[str, int | None]:
-        out: dict[str, int | None] = {}
-        for split, key in (("train", "train_files"), ("val", "val_files")):
-            out[split] = parquet_rows(self.tc["data"].get(key))
-        return out
+        return self.subject.value(path, default)
 
     def rows(self, split: str) -> int | None:
-        """Rows in the train or val file, when it exists (read from the parquet footer, not the data)."""
-        return self._rows[split]
+        return self.subject.rows(split)
+
+    def loggers(self) -> list[str]:
+        """Where metrics really go, as the backend config says (wherever the logger list was set)."""
+        if self.backend.node == "verl":
+            value = self.value("trainer.logger")
+            return [value] if isinstance(value, str) else [str(v) for v in value or []]
+        report = self.value("report_to")
+        extra = [report] if isinstance(report, str) else list(report or [])
+        # trainctl's DPO entry point prints metrics and writes the run's metrics file itself
+        return ["console", *(str(r) for r in extra if r not in ("none", "console", "file"))]
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.tc["run"]["dir"]).expanduser().resolve()
+        return Path(self.cfg.run.dir).expanduser().resolve()
 
+    @cached_property
     def command(self) -> Command:
-        return self.backend.command(self)
+        """The launch command (built once per plan)."""
+        assert self.built is not None
+        return self.backend.command(self.cfg, self.built)
 
     def backend_yaml(self) -> str:
-        return OmegaConf.to_yaml(self.cfg, resolve=True)
+        return OmegaConf.to_yaml(self.backend_cfg, resolve=True)
 
     def trainctl_tree(self) -> dict:
         """The trainctl config in reading order: the groups, the run, then this backend's keys."""
         tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
-        order = ["algorithm", "model", "data", "hardware", "logger", "run", "paths", self.backend.node]
+        order = ["algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths", self.backend.node]
         return {k: tree[k] for k in order if k in tree}
 
     def trainctl_yaml(self) -> str:
@@ -87,50 +110,97 @@ class Plan:
             raise ConfigProblems(self.errors, self.warnings)
 
 
-def parquet_rows(path: str | None) -> int | None:
-    if not path or not Path(path).expanduser().is_file():
-        return None
-    import pyarrow.parquet as pq
+def resolve(
+    overrides: list[str] | list[Override],
+    search: SearchPath | None = None,
+    launching: bool = False,
+    raise_errors: bool = True,
+    strict: bool = True,
+) -> Plan:
+    """Load and translate: trainctl's schema and every backend key and value checked, no training checks.
 
-    try:
-        return pq.read_metadata(Path(path).expanduser()).num_rows
-    except Exception:
-        return None
-
-
-def resolve(overrides: list[str], search: SearchPath | None = None, launching: bool = False) -> Plan:
-    """Compose and translate, checking only that every key and value exists (no training checks)."""
-    search = search or SearchPath.default()
-    comp = compose(parse(overrides, search), search)
-    tc, problems = resolve_trainctl(comp)
-    if not problems:
-        problems += check_values(tc, comp)
-    plan = Plan(comp=comp, tc=tc, backend=backend_for(comp.family), launching=launching, problems=problems)
-    plan.raise_for_errors()
-    plan.built = plan.backend.build(comp, tc, plan.problems)
+    With raise_errors=False, unknown backend keys stay in plan.problems (the training checks can still run on
+    the rest); a value of the wrong type always raises, since arithmetic on it would be meaningless.
+    """
+    loaded = load(overrides, search)
+    plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching)
+    plan.problems += values.checks(loaded.cfg, loaded.comp)
+    if strict:
+        plan.raise_for_errors()
+    plan.built = plan.backend.build(loaded.cfg, loaded.comp, plan.problems)
+    typed = types.check(plan.subject)
+    plan.problems += typed
+    if raise_errors or (strict and any(p.is_error for p in typed)):
+        plan.raise_for_errors()
     return plan
 
 
 def make_plan(
-    overrides: list[str],
+    overrides: list[str] | list[Override],
     search: SearchPath | None = None,
     launching: bool = False,
     native: bool = True,
+    strict: bool = True,
 ) -> Plan:
-    """Compose, translate and check. Raises ConfigProblems listing every error found (warnings ride along)."""
-    plan = resolve(overrides, search, launching)
-    family = _FAMILY_CHECKS[plan.comp.family]
-    plan.problems += family.checks(plan)
-    plan.problems += files.checks(plan)
-    plan.problems += data.checks(plan)
-    plan.problems += environment.checks(plan)
-    plan.problems += memory.checks(plan)
-    plan.raise_for_errors()
-    plan.numbers = family.numbers(plan)
-    if native:
-        from trainctl.checks.native import validate
+    """Load, translate and check. Raises ConfigProblems listing every error found (warnings ride along).
 
-        # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
-        plan.problems += validate(plan, use_cache=launching)
+    With strict=False (`config show`), only a config that cannot be loaded raises; every other problem stays in
+    plan.problems for the caller to show beside the config.
+    """
+    plan = resolve(overrides, search, launching, raise_errors=False, strict=strict)
+    if not strict and plan.errors:
+        return plan  # the training checks read values of the right types; show what is there
+    s = plan.subject
+    family = _FAMILY_CHECKS[plan.cfg.family]
+    plan.problems += family.checks(s)
+    plan.problems += files.checks(s)
+    plan.problems += data.checks(s)
+    plan.problems += environment.checks(s)
+    plan.problems += memory.checks(s)
+    plan.problems += reward.checks(s)
+    if strict:
         plan.raise_for_errors()
+    if not plan.errors:
+        plan.numbers = family.numbers(s)
+    if native:
+        validate_natively(plan)
     return plan
+
+
+def validate_natively(plan: Plan) -> None:
+    """The backend's own validation (imports verl or TRL: seconds); raises on errors."""
+    from trainctl.checks.native import validate
+
+    # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
+    plan.problems += validate(plan.subject, use_cache=plan.launching)
+    plan.problems += reward.probes(plan.subject)  # the judge's endpoint answers
+    plan.raise_for_errors()
+
+
+def check_data_file(path: Path, overrides: list[str], search: SearchPath | None = None, progress=None):
+    """`trainctl data check FILE [OVERRIDES]`: the file against the config that would train on it."""
+    from trainctl.checks.data import reward_fn
+    from trainctl.data.check import check_args, full_check
+
+    path = Path(path).expanduser()
+    search = search or SearchPath.default()
+    plan = resolve(check_args(path, overrides, search), search)
+    if plan.backend.name == "verl-ppo":
+        limit_key = "data.max_prompt_length"
+        truncation_fails = plan.value("data.truncation") == "error" and not plan.value("data.filter_overlong_prompts")
+    elif plan.backend.name == "verl-sft":
+        limit_key = "data.max_length"
+        truncation_fails = plan.value("data.truncation") == "error"
+    else:
+        limit_key, truncation_fails = "max_length", False  # TRL truncates
+    custom, _, _ = reward_fn(plan.subject)
+    return full_check(
+        path,
+        plan.cfg.algorithm.data_format,
+        plan.value(limit_key),
+        limit_key,
+        plan.cfg.model.path,
+        custom_reward=bool(custom),
+        truncation_fails=truncation_fails,
+        progress=progress,
+    )

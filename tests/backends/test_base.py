@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainctl.backends.base import flatten, key_paths, render_override, render_value
+from trainctl.backends.base import flatten, key_paths
+from trainctl.config.overrides import render_override, render_value
 
 
 @pytest.mark.parametrize(

@@ -456,7 +456,12 @@ CASES = [
     ),
     # -- trainctl values --
     ("epochs out of range", ["run.epochs=0"], 1, ["Error: run.epochs = 0 is out of range: it must be at least 1."]),
-    ("not a number", ["hardware.gpus_per_node=abc"], 1, ["Error: hardware.gpus_per_node must be an int, not 'abc'."]),
+    (
+        "not a number",
+        ["hardware.gpus_per_node=abc"],
+        1,
+        ["Error: hardware.gpus_per_node must be an integer, not 'abc'."],
+    ),
     ("unknown device", ["hardware.device=tpu"], 1, ["Error: hardware.device = 'tpu' is not one of: cpu, cuda."]),
     (
         "data without the algorithm's format",

@@ -9,7 +9,7 @@ def test_show_prints_the_trainctl_config(cli):
     result = cli("config", "show", "algorithm=grpo", "model=qwen3-8b", "run.epochs=3")
     assert result.exit_code == 0, result.output
     tree = yaml.safe_load(result.stdout)
-    assert list(tree)[:6] == ["algorithm", "model", "data", "hardware", "logger", "run"]
+    assert list(tree)[:7] == ["algorithm", "model", "data", "reward", "hardware", "logger", "run"]
     assert tree["model"]["name"] == "qwen3-8b" and tree["run"]["epochs"] == 3
     assert tree["verl"]["algorithm"]["adv_estimator"] == "grpo"
 
@@ -65,3 +65,27 @@ def test_groups_shows_the_users_own_options(cli, tmp_path):
     (tmp_path / "work" / "conf" / "model" / "ours.yaml").write_text("# our 7B fine-tune\nname: ours\n")
     out = cli("config", "groups").stdout
     assert any("ours" in line and "our 7B fine-tune" in line for line in out.splitlines())
+
+
+def test_show_shows_a_config_with_a_data_problem_and_warns(cli, tiny_model, arith_data):
+    """512 arith rows and GRPO's 1024 prompts a step: `show` prints the config and the problem, exit 0;
+    `validate` refuses it."""
+    result = cli("config", "show", "algorithm=grpo", "--backend")
+    assert result.exit_code == 0, result.output
+    assert "train_batch_size: 1024" in result.stdout
+    assert "Warning: The training file has fewer rows than one step takes: 512 rows < data.train_batch_size = 1024" in (
+        result.stderr
+    )
+    assert "would stop `trainctl train` and `trainctl config validate`" in result.stderr
+    assert cli("config", "validate", "algorithm=grpo").exit_code == 1
+
+
+def test_show_still_refuses_what_cannot_be_composed(cli):
+    result = cli("config", "show", "algorithm=grpoo")
+    assert result.exit_code == 1 and "Did you mean 'grpo'?" in result.stderr
+
+
+def test_the_plan_header_names_the_loggers_really_used(cli):
+    result = cli("train", "algorithm=grpo", "hardware=8gpu", "trainer.logger=[console,wandb]", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "loggers: console, wandb" in result.stdout

@@ -9,7 +9,8 @@ def test_dry_run_prints_the_plan(cli, tiny_model, arith_data, no_processes):
     result = cli("train", "recipe=quickstart", "--dry-run")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "Plan: sft on model=tiny with data=arith, hardware=cpu (1 node x 1 process, local), logger=console" in out
+    header = "Plan: sft on model=tiny with data=arith, hardware=cpu (1 node x 1 process, local), loggers: console, file"
+    assert header in out
     assert "Backend: verl sft_trainer" in out
     # the resolved config, as YAML
     config = out.split("Config (trainctl config show):\n", 1)[1].split("\n\n", 1)[0]

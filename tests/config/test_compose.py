@@ -49,7 +49,7 @@ def test_every_recipe_validates(recipe, tiny_model):
     assert first == f"# trainctl train recipe={recipe}", "a recipe starts with the command that runs it"
 
 
-@pytest.mark.parametrize("group", ["algorithm", "model", "data", "hardware", "logger"])
+@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "hardware", "logger"])
 def test_every_option_file_is_documented(group):
     from trainctl.config.search import describe
 
@@ -64,9 +64,9 @@ def test_every_option_file_is_documented(group):
 
 def test_recipe_chooses_groups_and_command_line_wins():
     plan = make_plan(["recipe=grpo-gsm8k-qwen2.5-7b", "model=qwen3-8b"], native=False)
-    assert plan.tc["algorithm"]["name"] == "grpo"
-    assert plan.tc["hardware"]["name"] == "8gpu"
-    assert plan.tc["model"]["name"] == "qwen3-8b"
+    assert plan.cfg.algorithm.name == "grpo"
+    assert plan.cfg.hardware.name == "8gpu"
+    assert plan.cfg.model.name == "qwen3-8b"
     assert plan.value("actor_rollout_ref.model.path").endswith("/models/qwen3-8b")
 
 
@@ -83,7 +83,7 @@ def test_keys_route_to_trainctl_or_backend():
         ],
         native=False,
     )
-    assert plan.tc["data"]["max_prompt_length"] == 256
+    assert plan.cfg.data.max_prompt_length == 256
     assert plan.value("data.max_prompt_length") == 256
     assert plan.value("data.train_batch_size") == 64
     assert plan.value("actor_rollout_ref.actor.optim.lr") == 3e-6
@@ -122,8 +122,8 @@ def test_adding_and_deleting_backend_keys():
     )
     assert plan.value("data.my_custom_field") == 7
     assert plan.value("ray_kwargs.ray_init.address") == "auto"
-    assert "rollout_data_dir" not in plan.cfg.trainer
-    assert "+data.my_custom_field=7" in plan.backend.raw_overrides(plan)
+    assert "rollout_data_dir" not in plan.backend_cfg.trainer
+    assert "+data.my_custom_field=7" in plan.built.raw_overrides()
 
 
 def test_backend_values_may_interpolate_trainctl_keys():
@@ -143,8 +143,8 @@ def test_user_conf_folder_is_searched_first(tmp_path):
     src = SEARCH.options("hardware")["8gpu"].read_text().replace("name: 8gpu", "name: h100-box")
     (conf / "hardware" / "h100-box.yaml").write_text(src)
     plan = make_plan(["algorithm=grpo", "model=qwen2.5-7b", "hardware=h100-box"], native=False)
-    assert plan.tc["model"]["path"] == "/mnt/models/qwen7b"
-    assert plan.tc["hardware"]["name"] == "h100-box"
+    assert plan.cfg.model.path == "/mnt/models/qwen7b"
+    assert plan.cfg.hardware.name == "h100-box"
 
 
 def test_config_dir_option(tmp_path):
@@ -155,7 +155,7 @@ def test_config_dir_option(tmp_path):
         "run:\n  name: ours\n"
     )
     plan = make_plan(["recipe=ours"], SearchPath.default([mine]), native=False)
-    assert plan.tc["algorithm"]["name"] == "rloo" and plan.tc["run"]["name"] == "ours"
+    assert plan.cfg.algorithm.name == "rloo" and plan.cfg.run.name == "ours"
 
 
 def test_origins_name_the_file_or_override():
@@ -163,7 +163,8 @@ def test_origins_name_the_file_or_override():
     comp = plan.comp
     assert comp.origin("run.seed") == "command line"
     assert comp.origin("run.epochs") == "recipes/quickstart.yaml"
-    assert comp.origin("model.path") == "conf/model/tiny.yaml"
+    assert comp.origin("model.path") == "conf/model/_base.yaml"  # ${paths.models}/${model.name}
+    assert comp.origin("model.context_length") == "conf/model/tiny.yaml"
     assert comp.origin("hardware.fsdp_strategy") == "conf/hardware/cpu.yaml"
     assert comp.origin("verl.optim.lr") == "recipes/quickstart.yaml"
     assert comp.origin("verl.optim.weight_decay") == "command line"
@@ -182,7 +183,7 @@ def test_backend_yaml_round_trips_through_verl_compose(tiny_model):
     with initialize_config_dir(config_dir=str(folder), version_base=None):
         loaded = compose("verl_ppo")
     GlobalHydra.instance().clear()
-    assert OmegaConf.to_container(loaded, resolve=True) == OmegaConf.to_container(plan.cfg, resolve=True)
+    assert OmegaConf.to_container(loaded, resolve=True) == OmegaConf.to_container(plan.backend_cfg, resolve=True)
 
 
 def test_every_problem_is_reported_together():

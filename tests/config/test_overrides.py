@@ -8,7 +8,7 @@ from trainctl.errors import UsageError
 
 def test_sweep_expands_to_the_product_in_order():
     points = expand(["algorithm=grpo,dapo", "model=qwen2.5-7b,qwen3-8b", "run.epochs=1"], multirun=True)
-    assert points == [
+    assert [[o.raw for o in p] for p in points] == [
         ["algorithm=grpo", "model=qwen2.5-7b", "run.epochs=1"],
         ["algorithm=grpo", "model=qwen3-8b", "run.epochs=1"],
         ["algorithm=dapo", "model=qwen2.5-7b", "run.epochs=1"],
@@ -18,7 +18,10 @@ def test_sweep_expands_to_the_product_in_order():
 
 def test_range_sweep_and_add_prefix_survive_expansion():
     points = expand(["+data.foo=range(1,3)"], multirun=True)
-    assert points == [["+data.foo=1"], ["+data.foo=2"]]
+    assert [[(o.raw, o.key, o.value, o.op) for o in p] for p in points] == [
+        [("+data.foo=1", "data.foo", 1, "add")],
+        [("+data.foo=2", "data.foo", 2, "add")],
+    ]
 
 
 def test_sweep_without_multirun_is_a_usage_error():

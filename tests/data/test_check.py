@@ -31,7 +31,7 @@ def test_unscored_data_source_and_empty_truths_fail(cli, tmp_path):
     assert result.exit_code == 1
     assert "1 row: empty reward_model.ground_truth" in result.stderr
     assert "no reward function for data_source 'my/own' (2 rows)" in result.stderr
-    assert "Hint: name your scorer: data.reward_fn=path/to/reward.py:compute_score" in result.stderr
+    assert "Hint: name your scorer: reward=fn reward.fn=path/to/reward.py:compute_score" in result.stderr
 
 
 def test_prompts_over_the_limit_fail_when_verl_would(cli, tmp_path):

@@ -18,7 +18,7 @@ def test_ls_lists_options_and_other_folders(cli, tiny_model, isolated):
     assert "complete" in lines["tiny"] and "KB" in lines["tiny"]
     assert "someone/thing" in lines["someone--thing"] and "complete" in lines["someone--thing"]
     assert "incomplete: no weights" in lines["half"]
-    assert lines["qwen2.5-7b"].split()[2] == "-", "known but not on disk"
+    assert lines["qwen2.5-7b"].split()[1:4] == ["causal-lm", "Qwen/Qwen2.5-7B-Instruct", "-"], "known, not on disk"
 
 
 def test_rm_asks_and_removes(cli, tiny_model, isolated):

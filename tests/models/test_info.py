@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -37,11 +38,11 @@ def test_an_option_not_pulled_is_read_from_its_arch(cli):
 @pytest.mark.parametrize("name", ["qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b", "llama3-8b-instruct"])
 def test_declared_parameter_counts_match_the_architecture(name):
     """conf/model's `params` and `arch` agree (within 2%: biases and norms differ between families)."""
-    from trainctl.plan import resolve
+    from trainctl.config.load import load
 
-    model = resolve([f"model={name}"]).tc["model"]
-    computed = params_from_arch(model["arch"])
-    assert abs(computed - model["params"]) / model["params"] < 0.02, (computed, model["params"])
+    model = load([f"model={name}"]).cfg.model
+    computed = params_from_arch(dataclasses.asdict(model.arch))
+    assert abs(computed - model.params) / model.params < 0.02, (computed, model.params)
 
 
 def _gib(line: str) -> float:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainctl.runtime.hf_rollout import HFRolloutServer, sample
+from trainctl.runtime.hf_rollout import HFRolloutServer
 
 
 @pytest.fixture
@@ -61,10 +61,51 @@ def test_sampling_parameters(server):
     assert top1.token_ids == greedy.token_ids, "top-k 1 is greedy"
     short = _generate(server, PROMPT, max_tokens=3)
     assert len(short.token_ids) == 3
-    server.eos_ids = {greedy.token_ids[0]}
-    stopped = _generate(server, PROMPT)
-    assert stopped.token_ids == greedy.token_ids[:1] and stopped.stop_reason == "completed"
-    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    a = sample(server.model, PROMPT, 8, set(), 1.0, -1, 0.9, g1)
-    b = sample(server.model, PROMPT, 8, set(), 1.0, -1, 0.9, g2)
-    assert a == b, "seeded sampling is reproducible"
+    stop = greedy.token_ids[1]
+    stopped = _generate(server, PROMPT, stop_token_ids=[stop])
+    assert stopped.token_ids == greedy.token_ids[: greedy.token_ids.index(stop) + 1]
+    assert stopped.stop_reason == "completed"
+    assert _generate(server, PROMPT, logprobs=False).log_probs is None, "log-probs only when asked"
+    with pytest.raises(NotImplementedError, match="frequency_penalty"):
+        _generate(server, PROMPT, frequency_penalty=0.3)
+
+
+def test_seeded_sampling_is_reproducible(tiny_model_dir):
+    def draw():
+        config = SimpleNamespace(prompt_length=64, response_length=12, seed=7)
+        server = HFRolloutServer(config, {"local_path": str(tiny_model_dir), "override_config": {}})
+        return _generate(server, PROMPT, temperature=1.0, top_p=0.9).token_ids
+
+    assert draw() == draw()
+
+
+async def _concurrently(server, requests):
+    calls = [
+        server.generate(prompt_ids=prompt, sampling_params={"logprobs": True, **params}, request_id=f"r{i}")
+        for i, (prompt, params) in enumerate(requests)
+    ]
+    return await asyncio.gather(*calls)
+
+
+def test_concurrent_requests_are_sampled_as_one_batch(server):
+    """verl's agent loop awaits many generate calls at once: they run as one batch, each with its own settings
+    (a stop token id from the tool parser, a length, greedy or sampled), and get what they would alone."""
+    prompts = [PROMPT, [9, 8, 7], list(range(20, 41)), [100, 200], [3] * 9, [44, 45, 46, 47]]
+    alone = [_generate(server, p) for p in prompts]
+    assert server.stats()["largest_batch"] == 1
+    requests = [(p, {"temperature": 0.0}) for p in prompts]
+    requests[1][1]["stop_token_ids"] = [alone[1].token_ids[2]]
+    requests[2][1]["max_tokens"] = 5
+    requests[3] = (prompts[3], {"temperature": 1.0, "top_p": 0.8})
+    before = server.stats()
+    together = asyncio.run(_concurrently(server, requests))
+    after = server.stats()
+    assert after["largest_batch"] == len(prompts), "the concurrent requests formed one batch"
+    assert after["decode_steps"] - before["decode_steps"] < sum(len(o.token_ids) for o in together) / 2
+    stop = alone[1].token_ids[2]
+    assert together[1].token_ids == alone[1].token_ids[: alone[1].token_ids.index(stop) + 1]
+    assert together[2].token_ids == alone[2].token_ids[:5]
+    for i in (0, 4, 5):
+        assert together[i].token_ids == alone[i].token_ids
+        assert together[i].log_probs == pytest.approx(alone[i].log_probs, abs=1e-4)
+    assert 1 <= len(together[3].token_ids) <= 12 and len(together[3].log_probs) == len(together[3].token_ids)

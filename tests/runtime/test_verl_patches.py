@@ -25,6 +25,9 @@ PINNED = {
         "35b7b539858443e45894da2d9675fb5a1d7b2bbb7c7c8b35605b0746d3179213"
     ),
     ("verl.utils.model", "load_valuehead_model"): ("2371ca280654b53bc2f25101ff2eb1898aafef14570f7ed94883d0b4a4ac825b"),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer.__init__"): (
+        "0c37a4862999198830cd4b4835116df2d6e672d105caee9491487f748d94bb90"
+    ),
 }
 # where a patched name is not a verl function, the verl code that uses it
 _PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
@@ -96,6 +99,45 @@ def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
     assert 'attn_implementation="flash_attention_2"' in inspect.getsource(load)
 
 
+def test_the_replay_buffer_still_sleeps_a_poll_interval_that_no_config_sets():
+    """The reason for the poll-interval patch: if verl makes it configurable, set it through the config instead."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    assert "time.sleep(self.poll_interval)" in inspect.getsource(ReplayBuffer._wait_for_next_poll)
+    assert inspect.signature(ReplayBuffer.__init__).parameters["poll_interval"].default == 2.0
+    assert "poll_interval" not in inspect.getsource(PPOTrainer._build_replay_buffer)
+
+
+def test_the_replay_buffer_is_patched_when_imported_and_polls_quickly_only_on_cpu():
+    """The plugin does not import the replay buffer in every process (seconds each); a process that imports it
+    gets the patched class, with a short poll interval on the cpu platform and verl's own elsewhere."""
+    code = (
+        "import sys, verl\n"
+        "from omegaconf import OmegaConf\n"
+        "from trainctl.runtime import verl_patches\n"
+        "verl_patches.apply()  # off the cpu platform, the plugin applies nothing: the wrappers must be inert\n"
+        "deferred = 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
+        "from verl.trainer.ppo.v1 import PPOTrainer  # as main_ppo does: the package, then the module inside\n"
+        "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync\n"
+        "empty = OmegaConf.create({})\n"
+        "default = ReplayBuffer('sync', empty, 8, 'drop', empty).poll_interval\n"
+        "given = ReplayBufferAsync('async', empty, 8, 'drop', empty, poll_interval=1.5).poll_interval\n"
+        "patched = hasattr(ReplayBuffer.__init__, '__wrapped__')\n"
+        "print(deferred, patched, default, given)\n"
+    )
+    for platform, expected in (
+        ("cpu", f"True True {verl_patches.CPU_POLL_INTERVAL_S} 1.5"),
+        (None, "True True 2.0 1.5"),
+    ):
+        env = {k: v for k, v in __import__("os").environ.items() if k != "VERL_PLATFORM"}
+        if platform:
+            env["VERL_PLATFORM"] = platform
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip().splitlines()[-1] == expected, (platform, out.stdout)
+
+
 def test_the_hf_rollout_plugs_into_verls_registries():
     """verl finds trainctl's rollout through its own registries, in every process the plugin is loaded in."""
     code = (
@@ -107,3 +149,18 @@ def test_the_hf_rollout_plugs_into_verls_registries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "HFServerAdapter HFReplica"
+
+
+def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched():
+    """A run trainctl launched (TRAINCTL_LAUNCHED=1) on a GPU machine without flash-attn: verl's critic loader
+    would ask for flash_attention_2; the plugin swaps in the attention the model config names, nothing else."""
+    code = (
+        "import os; os.environ.pop('VERL_PLATFORM', None)\n"
+        "import verl, verl.utils.model as m, verl.utils.distributed as d\n"
+        "from trainctl.runtime import verl_cpu, verl_patches\n"
+        "print(verl_cpu._INSTALLED, m.load_valuehead_model.__module__, d.initialize_global_process_group.__module__)\n"
+    )
+    env = {**__import__("os").environ, "TRAINCTL_LAUNCHED": "1"}
+    env.pop("VERL_PLATFORM", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip().splitlines()[-1] == "False trainctl.runtime.verl_patches verl.utils.distributed"

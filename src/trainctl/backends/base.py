@@ -9,7 +9,6 @@ Every key of layers 2 and 3 is checked against the real key tree of layer 1 befo
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,22 +17,14 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trainctl.config.origins import COMMAND_LINE
+from trainctl.config.overrides import render_override, render_value
 from trainctl.config.resolvers import UNSET
 from trainctl.errors import Problem
 from trainctl.suggest import closest_key
 
 if TYPE_CHECKING:
     from trainctl.config.compose import Composition
-    from trainctl.plan import Plan
-
-
-@dataclass
-class Number:
-    """A derived figure for the plan, with the arithmetic that produced it."""
-
-    label: str
-    value: Any
-    how: str = ""
+    from trainctl.config.schema import Config
 
 
 JOB_PYTHON = "python"  # in a Ray job: the interpreter on the PATH of the cluster's `ray start`
@@ -74,6 +65,11 @@ class BuiltConfig:
     leaves: dict[str, Any]  # every key trainctl sets, path -> value, in the order applied
     origins: dict[str, str | None]  # path -> mapping file or "command line"; None: a config file (see origin_of)
     added: set[str]  # paths not in the backend's defaults (written with + in the raw command)
+    defaults: dict = field(default_factory=dict)  # the backend's own defaults (plain, unresolved): what it would use
+
+    def raw_overrides(self) -> list[str]:
+        """The backend config as overrides on top of the backend's own defaults (the raw command's arguments)."""
+        return [render_override(p, v, added=p in self.added) for p, v in self.leaves.items()]
 
 
 class Backend:
@@ -92,35 +88,28 @@ class Backend:
         """The backend's default config, as a DictConfig (cached: building one from a dict costs ~80 ms)."""
         raise NotImplementedError
 
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        """The backend's defaults as plain data (unresolved), computed once per process."""
+        key = (self.name, tuple(sorted(group_choices.items())))
+        if key not in _TREES:
+            _TREES[key] = OmegaConf.to_container(self.defaults(group_choices), resolve=False)
+        return _TREES[key]
+
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         key = (self.name, tuple(sorted(group_choices.items())))
         if key not in _KEYS:
-            _KEYS[key] = key_paths(OmegaConf.to_container(self.defaults(group_choices), resolve=False))
+            _KEYS[key] = key_paths(self.default_tree(group_choices))
         return _KEYS[key]
 
-    def checks(self, plan: Plan) -> list[Problem]:
-        return []
-
-    def native_checks(self, plan: Plan) -> list[Problem]:
-        return []
-
-    def numbers(self, plan: Plan) -> list[Number]:
-        return []
-
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         """The launch command; the backend config is read from `config_dir` (default: the run folder)."""
         raise NotImplementedError
 
-    def raw_overrides(self, plan: Plan) -> list[str]:
-        """The backend config as overrides on top of the backend's own defaults (the raw command's arguments)."""
-        built = plan.built
-        return [render_override(p, v, added=p in built.added) for p, v in built.leaves.items()]
-
     # -- building -------------------------------------------------------------------------------------------
 
-    def build(self, comp: Composition, tc: dict, problems: list[Problem]) -> BuiltConfig:
+    def build(self, cfg: Config, comp: Composition, problems: list[Problem]) -> BuiltConfig:
         """The backend config. Unknown keys are reported in `problems` and left out, so later checks still run."""
-        mapped = resolve_mapping(comp, tc, self.mapping, problems)
+        mapped = resolve_mapping(comp, cfg.to_dict(), self.mapping, problems)
         user, user_origin = resolve_node(comp, self.node, problems)
         choices = {k: user.pop(k) for k in self.group_keys if isinstance(user.get(k), str)}
         base = self.defaults(choices)
@@ -137,11 +126,12 @@ class Backend:
             origins[path] = user_origin.get(path)  # files are looked up only when needed (see origin_of)
 
         added: set[str] = set()
+        tree = self.default_tree(choices)
         for path in list(leaves):
             if path in known:
                 continue
-            if self._may_add(path, comp.added):
-                added.add(path)
+            if self._may_add(path, comp.added) or self.declares(tree, path):
+                added.add(path)  # not in the backend's YAML: written with + in the raw command
                 continue
             origin = origins[path] or comp.origin(f"{self.node}.{path}") or f"{self.node}.{path}"
             problems.append(self.unknown_key(path, leaves.pop(path), known, trainctl_keys(comp), origin))
@@ -149,15 +139,20 @@ class Backend:
         for path in comp.deleted - known:
             problems.append(self.unknown_key(path, None, known, set(), COMMAND_LINE))
 
-        cfg = base  # defaults() returns a fresh copy
+        built = base  # defaults() returns a fresh copy
         for path, value in leaves.items():
-            OmegaConf.update(cfg, path, value, merge=False, force_add=True)
+            OmegaConf.update(built, path, value, merge=False, force_add=True)
         for path in deleted:
             parent, _, last = path.rpartition(".")
-            with open_dict(cfg):
-                (OmegaConf.select(cfg, parent) if parent else cfg).pop(last, None)
-        OmegaConf.set_struct(cfg, True)
-        return BuiltConfig(cfg=cfg, leaves=leaves, origins=origins, added=added)
+            with open_dict(built):
+                (OmegaConf.select(built, parent) if parent else built).pop(last, None)
+        OmegaConf.set_struct(built, True)
+        return BuiltConfig(cfg=built, leaves=leaves, origins=origins, added=added, defaults=self.default_tree(choices))
+
+    def declares(self, defaults: dict, path: str) -> bool:
+        """Whether the backend's config classes declare a key its default YAML leaves out (a verl dataclass field,
+        or a key under a field typed as a mapping)."""
+        return False
 
     def _may_add(self, path: str, added_on_purpose: set[str]) -> bool:
         prefixes = (*self.open_paths, *added_on_purpose)
@@ -265,6 +260,7 @@ def flatten(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 _KEYS: dict[tuple, set[str]] = {}
+_TREES: dict[tuple, dict] = {}
 
 
 def key_paths(tree: Any, prefix: str = "") -> set[str]:
@@ -289,31 +285,3 @@ def get(cfg: DictConfig, path: str, default: Any = None) -> Any:
     """A backend value with its interpolations resolved in the backend's own config."""
     value = OmegaConf.select(cfg, path, default=default)
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-# -- rendering overrides ----------------------------------------------------------------------------------------
-
-_BARE = re.compile(r"[A-Za-z_/][\w./\-]*")
-_RESERVED = {"true", "false", "null", "none", "nan", "inf", "yes", "no", "on", "off"}
-
-
-def render_value(value: Any) -> str:
-    """A value written in Hydra's override grammar (what verl's command line accepts)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(render_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{render_value(v)}" for k, v in value.items()) + "}"
-    s = str(value)
-    if _BARE.fullmatch(s) and s.lower() not in _RESERVED:
-        return s
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def render_override(path: str, value: Any, added: bool = False) -> str:
-    return f"{'+' if added else ''}{path}={render_value(value)}"

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from trainctl import paths
-from trainctl.backends.base import Backend, Command, python_for, torchrun_for
+from trainctl.backends.base import Backend, BuiltConfig, Command, python_for, torchrun_for
 from trainctl.facts.trl import DATA_KEYS, ENTRY
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.config.schema import Config
 
 
 def _jsonable(value: Any) -> Any:
@@ -83,20 +83,23 @@ class TrlDPO(Backend):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return _trl_defaults_config()
 
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
-        run_dir = config_dir or str(Path(plan.tc["run"]["dir"]).expanduser().resolve())
-        hw = plan.tc["hardware"]
-        if hw["launcher"] == "local":
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return trl_defaults()
+
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
+        run_dir = config_dir or str(Path(cfg.run.dir).expanduser().resolve())
+        hw = cfg.hardware
+        if hw.launcher == "local":
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
-            launch += [f"--nproc_per_node={hw['gpus_per_node']}", "-m", ENTRY]
+            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", ENTRY]
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
             launch = [python_for(config_dir), "-m", ENTRY, "--ray"]
-        env = {"RAY_ADDRESS": str(hw["ray_address"])} if hw["launcher"] == "ray_cluster" and hw["ray_address"] else {}
+        env = {"RAY_ADDRESS": str(hw.ray_address)} if hw.launcher == "ray_cluster" and hw.ray_address else {}
         return Command(
             argv=[*launch, "--config", f"{run_dir}/{self.config_file}"],
             env=env,
-            launcher=hw["launcher"],
+            launcher=hw.launcher,
             # TRL's own `trl dpo` reads hub datasets by name, not these parquet files, and keeps no metrics record
             raw_note=(
                 f"TRL has no command of its own for this run: the line above runs trainctl's TRL entry point "

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from trainctl import paths
-from trainctl.backends.base import Backend, Command, key_paths, python_for, torchrun_for
+from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, torchrun_for
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.facts import verl as verl_facts
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.config.compose import Composition
+    from trainctl.config.schema import Config
 
 
 def verl_config_dir() -> Path:
@@ -50,17 +51,21 @@ def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> DictConf
     return pickle.loads(_verl_defaults_cached(config_name, overrides)[0])
 
 
+def verl_default_tree(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
+    """verl's composed defaults as plain data (interpolations kept). Shared: do not change it."""
+    return _verl_defaults_cached(config_name, overrides)[2]
+
+
 @lru_cache(maxsize=16)
-def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str]]:
+def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str], dict]:
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
-    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys"))
+    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys+tree"))
     cache = paths.cache_dir() / f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
     if cache.is_file():
         try:
-            blob, keys = pickle.loads(cache.read_bytes())
-            pickle.loads(blob)
-            return blob, keys
+            blob, keys, tree = pickle.loads(cache.read_bytes())
+            return blob, keys, tree
         except Exception:  # a damaged cache is rebuilt
             pass
     from hydra import compose, initialize_config_dir
@@ -89,26 +94,26 @@ def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple
     container = OmegaConf.to_container(cfg, resolve=False)
     blob = pickle.dumps(OmegaConf.create(container))  # without Hydra's struct flags
     keys = key_paths(container)
-    paths.atomic_write_bytes(cache, pickle.dumps((blob, keys)))
-    return blob, keys
+    paths.atomic_write_bytes(cache, pickle.dumps((blob, keys, container)))
+    return blob, keys, container
 
 
 def _overrides(group_choices: dict[str, str]) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in sorted(group_choices.items()))
 
 
-def _run_dir(plan: Plan) -> Path:
-    return Path(plan.tc["run"]["dir"]).expanduser().resolve()
+def _run_dir(cfg: Config) -> Path:
+    return Path(cfg.run.dir).expanduser().resolve()
 
 
 class _Verl(Backend):
     node = "verl"
     entry = ""
 
-    def build(self, comp, tc, problems):
+    def build(self, cfg: Config, comp: Composition, problems: list[Problem]) -> BuiltConfig:
         """verl's config; its file logger is always on: a logger set by hand adds destinations, never removes the
         run folder's metrics record (metrics/attempt-N.jsonl, which `trainctl runs` and `ckpt` read)."""
-        built = super().build(comp, tc, problems)
+        built = super().build(cfg, comp, problems)
         loggers = built.leaves.get("trainer.logger")
         if loggers is not None:
             names = [loggers] if isinstance(loggers, str) else list(loggers)
@@ -118,24 +123,47 @@ class _Verl(Backend):
                 OmegaConf.update(built.cfg, "trainer.logger", built.leaves["trainer.logger"], merge=False)
         return built
 
-    def hydra_args(self, plan: Plan, config_dir: str | None) -> list[str]:
+    def hydra_args(self, cfg: Config, config_dir: str | None) -> list[str]:
         """verl's trainers are Hydra apps: without these, each run writes outputs/<date>/<time>/ (a copy of the
         config and a log) into the folder trainctl was started from. The run folder already has both."""
-        where = config_dir or str(_run_dir(plan))
+        where = config_dir or str(_run_dir(cfg))
         return [f"hydra.run.dir={where}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
-    def env(self, plan: Plan) -> dict[str, str]:
-        hw = plan.tc["hardware"]
-        if hw["launcher"] == "ray_cluster" and hw.get("ray_address"):
+    def declares(self, defaults: dict, path: str) -> bool:
+        """Walk `path` through verl's defaults; below the last node with a `_target_`, ask its dataclass."""
+        from trainctl.backends.schemas import verl_schemas
+
+        found = verl_schemas()
+        node: object = defaults
+        schema = None
+        parts = path.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(node, dict) and node.get("_target_"):
+                schema = found.for_target(str(node["_target_"]))
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+                continue
+            if schema is None or part not in schema.fields:
+                return False
+            spec = schema.fields[part].spec
+            kinds = {s.kind for s in (spec.of if spec.kind == "union" else (spec,))}
+            if "dict" in kinds or "any" in kinds:
+                return True  # a mapping field: any key below it
+            return i == len(parts) - 1  # a declared scalar field
+        return False
+
+    def env(self, cfg: Config) -> dict[str, str]:
+        hw = cfg.hardware
+        if hw.launcher == "ray_cluster" and hw.ray_address:
             # the driver's ray.init() joins the cluster named by RAY_ADDRESS
-            return {"RAY_ADDRESS": str(hw["ray_address"])}
+            return {"RAY_ADDRESS": str(hw.ray_address)}
         return {}
 
-    def config_args(self, plan: Plan, config_dir: str | None) -> list[str]:
+    def config_args(self, cfg: Config, config_dir: str | None) -> list[str]:
         return [
-            f"--config-path={config_dir or _run_dir(plan)}",
+            f"--config-path={config_dir or _run_dir(cfg)}",
             f"--config-name={Path(self.config_file).stem}",
-            *self.hydra_args(plan, config_dir),
+            *self.hydra_args(cfg, config_dir),
         ]
 
 
@@ -155,21 +183,24 @@ class VerlPPO(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
-    def env(self, plan: Plan) -> dict[str, str]:
-        if plan.tc["hardware"]["launcher"] == "local":
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return verl_default_tree("ppo_trainer", _overrides(group_choices))
+
+    def env(self, cfg: Config) -> dict[str, str]:
+        if cfg.hardware.launcher == "local":
             # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
             # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ...")
             return {"RAY_ADDRESS": "local"}
-        return super().env(plan)
+        return super().env(cfg)
 
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         # main_ppo starts (or joins) Ray itself
         python = python_for(config_dir)
         return Command(
-            argv=[python, "-m", self.entry, *self.config_args(plan, config_dir)],
-            env=self.env(plan),
-            launcher=plan.tc["hardware"]["launcher"],
-            raw_argv=[python, "-m", self.entry, *self.raw_overrides(plan), *self.hydra_args(plan, config_dir)],
+            argv=[python, "-m", self.entry, *self.config_args(cfg, config_dir)],
+            env=self.env(cfg),
+            launcher=cfg.hardware.launcher,
+            raw_argv=[python, "-m", self.entry, *built.raw_overrides(), *self.hydra_args(cfg, config_dir)],
         )
 
 
@@ -189,20 +220,23 @@ class VerlSFT(_Verl):
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("sft_trainer_engine", _overrides(group_choices))
 
-    def command(self, plan: Plan, config_dir: str | None = None) -> Command:
-        hw = plan.tc["hardware"]
-        if hw["launcher"] == "local":
+    def default_tree(self, group_choices: dict[str, str]) -> dict:
+        return verl_default_tree("sft_trainer_engine", _overrides(group_choices))
+
+    def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
+        hw = cfg.hardware
+        if hw.launcher == "local":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
-            launch += [f"--nproc_per_node={hw['gpus_per_node']}", "-m", self.entry]
+            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]
         else:
             # on a Ray cluster: one controller sized by trainer.nnodes x n_gpus_per_node
             launch = [python_for(config_dir), "-m", "verl.trainer.sft_trainer_ray"]
         return Command(
-            argv=[*launch, *self.config_args(plan, config_dir)],
-            env=self.env(plan),
-            launcher=hw["launcher"],
-            raw_argv=[*launch, *self.raw_overrides(plan), *self.hydra_args(plan, config_dir)],
+            argv=[*launch, *self.config_args(cfg, config_dir)],
+            env=self.env(cfg),
+            launcher=hw.launcher,
+            raw_argv=[*launch, *built.raw_overrides(), *self.hydra_args(cfg, config_dir)],
         )
 
 

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainctl.facts import verl as facts
 from trainctl.errors import Problem
+from trainctl.facts import verl as facts
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
 def nodes_text(n: int) -> str:
     return f"{n} node{'s' if n != 1 else ''}"
 
 
-def micro_fix_key(plan: Plan, key: str) -> str:
+def micro_fix_key(s: Subject, key: str) -> str:
     """The key to change: the hardware group's when the value came from it, else the backend key itself."""
-    origin = plan.built.origins.get(key) or ""
+    origin = s.built.origins.get(key) or ""
     return "hardware.micro_batch_size_per_gpu" if origin.startswith("conf/mapping/") else key
 
 
-def check_logger_names(plan: Plan, key: str) -> list[Problem]:
-    value = plan.value(key)
+def check_logger_names(s: Subject, key: str) -> list[Problem]:
+    value = s.value(key)
     names = [value] if isinstance(value, str) else list(value or [])
     problems = []
     for name in names:
@@ -34,18 +34,19 @@ def check_logger_names(plan: Plan, key: str) -> list[Problem]:
                     f"{key} has {name!r}, which verl's tracker does not know.",
                     key=key,
                     details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(facts.LOGGERS)}"],
-                    hint="choose logger options: logger=wandb (or console, tensorboard, mlflow; several: logger=[wandb,mlflow])",
+                    hint="choose logger options: logger=wandb (or console, tensorboard, mlflow; "
+                    "several: logger=[wandb,mlflow])",
                 )
             )
     return problems
 
 
-def check_verl_device(plan: Plan, strategy_key: str, attn_key: str) -> list[Problem]:
+def check_verl_device(s: Subject, strategy_key: str, attn_key: str) -> list[Problem]:
     """On CPU verl needs FSDP2 (FSDP1 needs a GPU) and an attention kernel that runs on CPU."""
-    if plan.value("trainer.device") != "cpu":
+    if s.value("trainer.device") != "cpu":
         return []
     problems = []
-    strategy = plan.value(strategy_key)
+    strategy = s.value(strategy_key)
     if strategy != "fsdp2":
         problems.append(
             Problem(
@@ -54,7 +55,7 @@ def check_verl_device(plan: Plan, strategy_key: str, attn_key: str) -> list[Prob
                 hint="hardware.fsdp_strategy=fsdp2",
             )
         )
-    attn = plan.value(attn_key)
+    attn = s.value(attn_key)
     if attn not in ("sdpa", "eager"):
         problems.append(
             Problem(

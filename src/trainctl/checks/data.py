@@ -9,30 +9,28 @@ from typing import TYPE_CHECKING
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
-def reward_fn(plan: Plan) -> tuple[str | None, str | None, str]:
+def reward_fn(s: Subject) -> tuple[str | None, str | None, str]:
     """The custom reward function a plan uses: (path, name, the key that set it)."""
-    if plan.backend.name != "verl-ppo":
+    if s.backend != "verl-ppo":
         return None, None, ""
-    path, name = plan.value("reward.custom_reward_function.path"), plan.value("reward.custom_reward_function.name")
-    key = next(
-        (f"{group}.reward_fn" for group in ("data", "algorithm") if plan.tc[group].get("reward_fn")),
-        "reward.custom_reward_function.path",
-    )
-    return path, name, key
+    path, name = s.value("reward.custom_reward_function.path"), s.value("reward.custom_reward_function.name")
+    return path, name, "reward.fn" if s.cfg.reward.fn else "reward.custom_reward_function.path"
 
 
-def checks(plan: Plan) -> list[Problem]:
+def checks(s: Subject) -> list[Problem]:
     from trainctl.data.check import quick_check
     from trainctl.data.rewards import check_reward_fn
 
-    fmt = plan.tc["algorithm"]["data_format"]
-    path, name, key = reward_fn(plan)
+    fmt = s.cfg.algorithm.data_format
+    path, name, key = reward_fn(s)
     problems = check_reward_fn(path, name, key) if path else []
+    # a reward model or a judge scores any row: no rule scorer or ground truth needed
+    judged = s.cfg.reward.kind in ("model", "judge")
     for split_key in ("train_files", "val_files"):
-        f = plan.tc["data"].get(split_key)
+        f = getattr(s.cfg.data, split_key)
         if f and Path(f).expanduser().is_file() and Path(f).suffix == ".parquet":
-            problems += quick_check(Path(f), fmt, custom_reward=bool(path))
+            problems += quick_check(Path(f), fmt, custom_reward=bool(path) or judged, ground_truth=not judged)
     return problems

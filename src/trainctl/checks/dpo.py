@@ -5,18 +5,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from trainctl.backends.base import Number
-from trainctl.facts.trl import LOSS_TYPES
+from trainctl.checks.base import Number
 from trainctl.errors import Problem
+from trainctl.facts.trl import LOSS_TYPES
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
-def checks(plan: Plan) -> list[Problem]:
+def checks(s: Subject) -> list[Problem]:
     problems = []
-    losses = plan.value("loss_type")
+    losses = s.value("loss_type")
     for loss in [losses] if isinstance(losses, str) else list(losses or []):
         if loss not in LOSS_TYPES:
             guess = closest(str(loss), LOSS_TYPES)
@@ -28,39 +28,39 @@ def checks(plan: Plan) -> list[Problem]:
                     hint="loss_type=[sigmoid]",
                 )
             )
-    beta = plan.value("beta")
+    beta = s.value("beta")
     if not isinstance(beta, int | float) or beta <= 0:
         problems.append(
             Problem(f"beta = {beta!r}: DPO's KL strength must be a positive number.", key="beta", hint="beta=0.1")
         )
-    device = plan.tc["hardware"]["device"]
-    if device == "cpu" and (plan.value("bf16") or plan.value("fp16")):
+    device = s.cfg.hardware.device
+    if device == "cpu" and (s.value("bf16") or s.value("fp16")):
         problems.append(
             Problem(
                 "bf16/fp16 training needs a GPU, but hardware.device = cpu.", key="bf16", hint="bf16=false fp16=false"
             )
         )
-    if device == "cpu" and not plan.value("use_cpu"):
+    if device == "cpu" and not s.value("use_cpu"):
         problems.append(Problem("hardware.device = cpu but use_cpu = false.", key="use_cpu", hint="use_cpu=true"))
-    L = plan.value("max_length")
-    ctx = plan.tc["model"]["context_length"]
+    L = s.value("max_length")
+    ctx = s.cfg.model.context_length
     if isinstance(L, int) and ctx < L:
         problems.append(
             Problem(
                 "DPO pairs may be longer than the model's context:",
                 key="max_length",
-                details=[f"max_length = {L} > {ctx} (model.context_length of model={plan.tc['model']['name']})"],
+                details=[f"max_length = {L} > {ctx} (model.context_length of model={s.cfg.model.name})"],
                 hint=f"max_length={ctx}",
             )
         )
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps"):
-        v = plan.value(key)
+        v = s.value(key)
         if not isinstance(v, int) or v < 1:
             problems.append(Problem(f"{key} must be a positive integer, not {v!r}.", key=key))
-    if plan.value("use_peft") and not isinstance(plan.value("lora_r"), int):
+    if s.value("use_peft") and not isinstance(s.value("lora_r"), int):
         problems.append(Problem("use_peft is on but lora_r is not an integer.", key="lora_r", hint="lora_r=16"))
-    rows = plan.rows("train")
-    per_step = _per_step(plan)
+    rows = s.rows("train")
+    per_step = _per_step(s)
     if rows is not None and per_step and rows < per_step:
         problems.append(
             Problem(
@@ -73,20 +73,19 @@ def checks(plan: Plan) -> list[Problem]:
     return problems
 
 
-def _world(plan: Plan) -> int:
-    hw = plan.tc["hardware"]
-    return hw["nnodes"] * hw["gpus_per_node"]
+def _world(s: Subject) -> int:
+    return s.cfg.hardware.nnodes * s.cfg.hardware.gpus_per_node
 
 
-def _per_step(plan: Plan) -> int | None:
-    b, g = plan.value("per_device_train_batch_size"), plan.value("gradient_accumulation_steps")
+def _per_step(s: Subject) -> int | None:
+    b, g = s.value("per_device_train_batch_size"), s.value("gradient_accumulation_steps")
     if not isinstance(b, int) or not isinstance(g, int):
         return None
-    return b * g * _world(plan)
+    return b * g * _world(s)
 
 
-def numbers(plan: Plan) -> list[Number]:
-    b, g, world = plan.value("per_device_train_batch_size"), plan.value("gradient_accumulation_steps"), _world(plan)
+def numbers(s: Subject) -> list[Number]:
+    b, g, world = s.value("per_device_train_batch_size"), s.value("gradient_accumulation_steps"), _world(s)
     out = [
         Number(
             "pairs per optimizer step",
@@ -97,11 +96,11 @@ def numbers(plan: Plan) -> list[Number]:
         Number("micro-batch per GPU", b, "per_device_train_batch_size"),
         Number("gradient accumulation steps", g, "gradient_accumulation_steps"),
     ]
-    rows = plan.rows("train")
+    rows = s.rows("train")
     if rows is not None:
         steps = max(1, math.ceil(rows / (b * world)) // g)
-        epochs = plan.value("num_train_epochs")
-        max_steps = plan.value("max_steps")
+        epochs = s.value("num_train_epochs")
+        max_steps = s.value("max_steps")
         total = max_steps if isinstance(max_steps, int) and max_steps > 0 else math.ceil(steps * epochs)
         out.append(Number("steps per epoch", steps, f"ceil({rows} pairs / ({b} x {world})) // {g}"))
         out.append(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
 def _wandb_logged_in() -> bool:
@@ -22,11 +22,10 @@ def _wandb_logged_in() -> bool:
         return False
 
 
-def checks(plan: Plan) -> list[Problem]:
-    severity = "error" if plan.launching else "warning"
+def checks(s: Subject) -> list[Problem]:
+    severity = "error" if s.launching else "warning"
     problems = []
-    tc = plan.tc
-    if "wandb" in tc["logger"]["backends"]:
+    if "wandb" in s.cfg.logger.backends:
         offline = os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun")
         if not (offline or os.environ.get("WANDB_API_KEY") or _wandb_logged_in()):
             problems.append(
@@ -37,12 +36,12 @@ def checks(plan: Plan) -> list[Problem]:
                     severity=severity,
                 )
             )
-    hw = tc["hardware"]
-    if hw["launcher"] != "local" and not hw.get("ray_address"):
-        example = "HEAD_IP:6379" if hw["launcher"] == "ray_cluster" else "http://HEAD_IP:8265"
+    hw = s.cfg.hardware
+    if hw.launcher != "local" and not hw.ray_address:
+        example = "HEAD_IP:6379" if hw.launcher == "ray_cluster" else "http://HEAD_IP:8265"
         problems.append(
             Problem(
-                f"hardware={hw['name']} runs on a Ray cluster ({hw['launcher']}) but no address is set.",
+                f"hardware={hw.name} runs on a Ray cluster ({hw.launcher}) but no address is set.",
                 key="hardware.ray_address",
                 hint=f"export RAY_ADDRESS={example}, or hardware.ray_address={example}",
                 severity=severity,

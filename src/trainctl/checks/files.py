@@ -8,41 +8,41 @@ from typing import TYPE_CHECKING
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
 def model_present(path: str | Path) -> bool:
     return (Path(path).expanduser() / "config.json").is_file()
 
 
-def model_fix(model: dict) -> str:
-    if model["name"] == "tiny":
-        return "trainctl model init tiny"
-    return f"trainctl model pull {model['name']}"
+def model_fix(name: str) -> str:
+    from trainctl.models.tiny import BUILT
+
+    return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
-def checks(plan: Plan) -> list[Problem]:
-    severity = "error" if plan.launching else "warning"
+def checks(s: Subject) -> list[Problem]:
+    severity = "error" if s.launching else "warning"
     problems = []
-    model = plan.tc["model"]
-    if not model_present(model["path"]):
+    model = s.cfg.model
+    if not model_present(model.path):
         problems.append(
             Problem(
-                f"model={model['name']} is not at {model['path']} (no config.json there).",
+                f"model={model.name} is not at {model.path} (no config.json there).",
                 key="model.path",
-                hint=f"run: {model_fix(model)}   (or point model.path at a local Hugging Face model folder)",
+                hint=f"run: {model_fix(model.name)}   (or point model.path at a local Hugging Face model folder)",
                 severity=severity,
             )
         )
-    data = plan.tc["data"]
+    data = s.cfg.data
     for split, key in (("train", "train_files"), ("val", "val_files")):
-        f = data.get(key)
+        f = getattr(data, key)
         if f and not Path(f).expanduser().is_file():
             problems.append(
                 Problem(
-                    f"data={data['name']} has no {split} file at {f}.",
+                    f"data={data.name} has no {split} file at {f}.",
                     key=f"data.{key}",
-                    hint=f"run: trainctl data prep {data['name']}",
+                    hint=f"run: trainctl data prep {data.name}",
                     severity=severity,
                 )
             )

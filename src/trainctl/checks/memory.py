@@ -9,27 +9,23 @@ from typing import TYPE_CHECKING
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
-def checks(plan: Plan) -> list[Problem]:
+def checks(s: Subject) -> list[Problem]:
     from trainctl.models.catalog import ModelError
     from trainctl.models.info import from_folder, from_option
-    from trainctl.models.memory import GiB, estimate, fixes, setup_from_plan, size
+    from trainctl.models.memory import GiB, estimate, fixes, setup_from, size
 
-    if plan.tc["hardware"]["device"] != "cuda" or not plan.tc["hardware"].get("gpu_memory_gb"):
+    if s.cfg.hardware.device != "cuda" or not s.cfg.hardware.gpu_memory_gb:
         return []
-    model = plan.tc["model"]
-    folder = Path(model["path"]).expanduser()
+    model = s.cfg.model
+    folder = Path(model.path).expanduser()
     try:
-        info = (
-            from_folder(model["name"], folder)
-            if (folder / "config.json").is_file()
-            else from_option(model["name"], model)
-        )
+        info = from_folder(model.name, folder) if (folder / "config.json").is_file() else from_option(model.name, model)
     except (ModelError, KeyError, ValueError, OSError):
         return []  # nothing to estimate from
-    setup = setup_from_plan(plan)
+    setup = setup_from(s.cfg, s.value)
     e = estimate(info, setup)
     if e.fits is not False:
         return []
@@ -43,7 +39,7 @@ def checks(plan: Plan) -> list[Problem]:
             "(trainctl's estimate)",
             key="hardware",
             details=details,
-            hint=f"trainctl model info {model['name']} ... (the same settings) for the breakdown and every fix",
+            hint=f"trainctl model info {model.name} ... (the same settings) for the breakdown and every fix",
             severity="warning",
         )
     ]

@@ -5,19 +5,16 @@ This imports verl (or TRL), which costs 5-8 s, so it runs only once every fast c
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from trainctl.checks.files import model_present
 from trainctl.errors import Problem
+from trainctl.silence import quiet
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 # Sections verl converts to dataclasses as it starts (trainer_base.py, engine_workers.py, agent_loop.py); their
 # __post_init__ validates. The actor and critic are converted by validate_config itself. Left out: `ref` (workers
@@ -32,32 +29,35 @@ SFT_SECTIONS = ("engine", "optim", "checkpoint", "profiler")
 
 
 def _message(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
+    """The reason, not the wrapper: Hydra's "Error in call to target 'X':" says its cause on the next lines."""
+    lines = [ln.strip() for ln in (str(e).strip() or type(e).__name__).splitlines() if ln.strip()]
+    text = lines[0]
+    if text.endswith(":"):
+        cause = lines[1] if len(lines) > 1 else (str(e.__cause__).strip().splitlines() or [""])[0]
+        text = f"{text} {cause}".strip()
+    return text
 
 
-@contextlib.contextmanager
-def _quiet():
-    """verl prints and logs while validating; the library must not."""
-    with (
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            yield
-        finally:
-            logging.disable(previous)
+def _rejected(message: str, e: BaseException, key: str | None = None) -> Problem:
+    """A backend's rejection; with TRAINCTL_DEBUG=1 its traceback rides along, else the hint says how to see it."""
+    import os
+    import traceback
+
+    debug = os.environ.get("TRAINCTL_DEBUG", "") not in ("", "0")
+    details = traceback.format_exception(e)[-12:] if debug else []
+    return Problem(
+        f"{message}: {_message(e)}",
+        key=key,
+        details=[ln.rstrip() for chunk in details for ln in chunk.splitlines()],
+        hint=None if debug else "TRAINCTL_DEBUG=1 shows the backend's traceback",
+    )
 
 
-def _resolved(plan: Plan):
-    return OmegaConf.create(OmegaConf.to_container(plan.cfg, resolve=True, throw_on_missing=False))
+def _resolved(s: Subject):
+    return OmegaConf.create(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False))
 
 
-def _skipped_model(plan: Plan) -> list[Problem]:
+def _skipped_model(s: Subject) -> list[Problem]:
     return [
         Problem(
             "verl's checks of the model section were skipped: the model files are not there yet.",
@@ -67,20 +67,20 @@ def _skipped_model(plan: Plan) -> list[Problem]:
     ]
 
 
-def verl_ppo(plan: Plan) -> list[Problem]:
-    with _quiet():
+def verl_ppo(s: Subject) -> list[Problem]:
+    with quiet():
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    cfg = _resolved(plan)
-    have_model = model_present(plan.tc["model"]["path"])
+    cfg = _resolved(s)
+    have_model = model_present(s.cfg.model.path)
     problems: list[Problem] = []
-    with _quiet():
+    with quiet():
         try:
             # validating a critic loads the model's config and tokenizer from critic.model.path
             validate_config(cfg, need_reference_policy(cfg), use_critic=need_critic(cfg) and have_model)
         except Exception as e:
-            problems.append(Problem(f"verl's validate_config rejects this config: {_message(e)}"))
+            problems.append(_rejected("verl's validate_config rejects this config", e))
         sections = [*PPO_SECTIONS, *(["actor_rollout_ref.model"] if have_model else [])]
         for section in sections:
             node = OmegaConf.select(cfg, section)
@@ -89,46 +89,46 @@ def verl_ppo(plan: Plan) -> list[Problem]:
             try:
                 omega_conf_to_dataclass(node)
             except Exception as e:
-                problems.append(Problem(f"verl rejects {section}: {_message(e)}", key=section))
-    return problems + ([] if have_model else _skipped_model(plan))
+                problems.append(_rejected(f"verl rejects {section}", e, key=section))
+    return problems + ([] if have_model else _skipped_model(s))
 
 
-def verl_sft(plan: Plan) -> list[Problem]:
-    with _quiet():
+def verl_sft(s: Subject) -> list[Problem]:
+    with quiet():
         from verl.utils.config import omega_conf_to_dataclass
 
-    cfg = _resolved(plan)
-    have_model = model_present(plan.tc["model"]["path"])
+    cfg = _resolved(s)
+    have_model = model_present(s.cfg.model.path)
     problems: list[Problem] = []
-    with _quiet():
+    with quiet():
         for section in [*SFT_SECTIONS, *(["model"] if have_model else [])]:
             try:
                 omega_conf_to_dataclass(cfg[section])
             except Exception as e:
-                problems.append(Problem(f"verl rejects {section}: {_message(e)}", key=section))
+                problems.append(_rejected(f"verl rejects {section}", e, key=section))
         interval = list(cfg.trainer.profile_interval)
         if len(interval) != 2 or interval[1] < interval[0]:
             problems.append(Problem(f"trainer.profile_interval = {interval}: [start, end] with start <= end."))
-    return problems + ([] if have_model else _skipped_model(plan))
+    return problems + ([] if have_model else _skipped_model(s))
 
 
-def trl_dpo(plan: Plan) -> list[Problem]:
+def trl_dpo(s: Subject) -> list[Problem]:
     """Build TRL's DPOConfig and ModelConfig from the backend config, as the entry point will."""
     from trainctl.runtime.trl_dpo_args import split_args
 
     problems: list[Problem] = []
-    with _quiet():
+    with quiet():
         from trl import DPOConfig, ModelConfig
 
-        dpo_args, model_args, _ = split_args(OmegaConf.to_container(plan.cfg, resolve=True))
-        if plan.tc["hardware"]["device"] == "cuda" and not _local_cuda():
+        dpo_args, model_args, _ = split_args(OmegaConf.to_container(s.built.cfg, resolve=True))
+        if s.cfg.hardware.device == "cuda" and not _local_cuda():
             # DPOConfig checks bf16 against the machine it is built on, not the one the plan targets
             dpo_args.update(bf16=False, fp16=False)
         for cls, args in ((DPOConfig, dpo_args), (ModelConfig, model_args)):
             try:
                 cls(**args)
             except Exception as e:
-                problems.append(Problem(f"TRL's {cls.__name__} rejects this config: {_message(e)}"))
+                problems.append(_rejected(f"TRL's {cls.__name__} rejects this config", e))
     return problems
 
 
@@ -150,29 +150,29 @@ _RUN_SPECIFIC = (
 )
 
 
-def _fingerprint(plan: Plan) -> str:
+def _fingerprint(s: Subject) -> str:
     import hashlib
     import importlib.metadata
     import json
 
     from trainctl.backends.base import flatten
 
-    tree = dict(flatten(OmegaConf.to_container(plan.cfg, resolve=True, throw_on_missing=False)))
+    tree = dict(flatten(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False)))
     for key in _RUN_SPECIFIC:
         tree.pop(key, None)
     versions = [importlib.metadata.version(p) for p in ("verl", "trl", "transformers")]
-    stamp = [plan.backend.name, versions, model_present(plan.tc["model"]["path"]), sorted(tree.items(), key=str)]
+    stamp = [s.backend, versions, model_present(s.cfg.model.path), sorted(tree.items(), key=str)]
     return hashlib.sha256(json.dumps(stamp, default=str).encode()).hexdigest()[:24]
 
 
-def validate(plan: Plan, use_cache: bool = True) -> list[Problem]:
+def validate(s: Subject, use_cache: bool = True) -> list[Problem]:
     """The backend's own validation; a config that passed it before (same content) is not validated again."""
     from trainctl import paths
 
-    marker = paths.cache_dir() / "validated" / _fingerprint(plan)
+    marker = paths.cache_dir() / "validated" / _fingerprint(s)
     if use_cache and marker.is_file():
         return []
-    problems = BY_BACKEND[plan.backend.name](plan)
+    problems = BY_BACKEND[s.backend](s)
     if not any(p.is_error for p in problems):
         paths.atomic_write_text(marker, "")
     return problems

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainctl.facts import verl as facts
-from trainctl.backends.base import Number
 from trainctl.checks.arith import divisors_near, fix, neighbours, step_for
+from trainctl.checks.base import Number
 from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
 from trainctl.errors import Problem
+from trainctl.facts import verl as facts
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 AR = "actor_rollout_ref"
 
 
-def _choice(plan: Plan, key: str, allowed: tuple[str, ...], what: str, hint_extra: str = "") -> Problem | None:
-    value = plan.value(key)
+def _choice(s: Subject, key: str, allowed: tuple[str, ...], what: str, hint_extra: str = "") -> Problem | None:
+    value = s.value(key)
     if value in allowed:
         return None
     from trainctl.suggest import closest
@@ -32,16 +32,16 @@ def _choice(plan: Plan, key: str, allowed: tuple[str, ...], what: str, hint_extr
     )
 
 
-def registries(plan: Plan) -> list[Problem]:
+def registries(s: Subject) -> list[Problem]:
     """Names verl looks up only inside Ray workers, long after the cluster started."""
     problems = [
-        _choice(plan, "algorithm.adv_estimator", facts.ADV_ESTIMATORS, "advantage estimator"),
-        _choice(plan, f"{AR}.actor.policy_loss.loss_mode", facts.POLICY_LOSSES, "policy loss"),
-        _choice(plan, "algorithm.kl_ctrl.type", facts.KL_CONTROLLERS, "KL controller"),
-        _choice(plan, f"{AR}.actor.loss_agg_mode", facts.LOSS_AGG_MODES, "loss aggregation mode"),
+        _choice(s, "algorithm.adv_estimator", facts.ADV_ESTIMATORS, "advantage estimator"),
+        _choice(s, f"{AR}.actor.policy_loss.loss_mode", facts.POLICY_LOSSES, "policy loss"),
+        _choice(s, "algorithm.kl_ctrl.type", facts.KL_CONTROLLERS, "KL controller"),
+        _choice(s, f"{AR}.actor.loss_agg_mode", facts.LOSS_AGG_MODES, "loss aggregation mode"),
     ]
     for key in ("algorithm.kl_penalty", f"{AR}.actor.kl_loss_type"):
-        value = str(plan.value(key))
+        value = str(s.value(key))
         if value.removesuffix("+") not in facts.KL_PENALTIES:
             problems.append(
                 Problem(
@@ -53,14 +53,14 @@ def registries(plan: Plan) -> list[Problem]:
                     hint=f"{key}=low_var_kl",
                 )
             )
-    if plan.value("reward.reward_manager.source") == "register":
-        problems.append(_choice(plan, "reward.reward_manager.name", facts.REWARD_MANAGERS, "reward manager"))
+    if s.value("reward.reward_manager.source") == "register":
+        problems.append(_choice(s, "reward.reward_manager.name", facts.REWARD_MANAGERS, "reward manager"))
     rollouts = (*facts.VERL_ROLLOUTS, *facts.TRAINCTL_ROLLOUTS)
     problems.append(
-        _choice(plan, f"{AR}.rollout.name", rollouts, "rollout engine", " (or choose it with hardware.rollout_engine)")
+        _choice(s, f"{AR}.rollout.name", rollouts, "rollout engine", " (or choose it with hardware.rollout_engine)")
     )
-    problems.extend(check_logger_names(plan, "trainer.logger"))
-    if plan.value("algorithm.adv_estimator") == "remax" and plan.value("trainer.use_v1") is True:
+    problems.extend(check_logger_names(s, "trainer.logger"))
+    if s.value("algorithm.adv_estimator") == "remax" and s.value("trainer.use_v1") is True:
         problems.append(
             Problem(
                 "algorithm.adv_estimator = remax needs verl's legacy trainer, but trainer.use_v1 = true.",
@@ -75,10 +75,10 @@ def registries(plan: Plan) -> list[Problem]:
     return [p for p in problems if p]
 
 
-def rollout_fit(plan: Plan) -> list[Problem]:
+def rollout_fit(s: Subject) -> list[Problem]:
     problems = []
-    name = plan.value(f"{AR}.rollout.name")
-    device = plan.value("trainer.device")
+    name = s.value(f"{AR}.rollout.name")
+    device = s.value("trainer.device")
     if device == "cpu" and name in facts.VERL_ROLLOUTS:
         problems.append(
             Problem(
@@ -96,8 +96,8 @@ def rollout_fit(plan: Plan) -> list[Problem]:
                 severity="warning",
             )
         )
-    tp = plan.value(f"{AR}.rollout.tensor_model_parallel_size")
-    per_node = plan.value("trainer.n_gpus_per_node")
+    tp = s.value(f"{AR}.rollout.tensor_model_parallel_size")
+    per_node = s.value("trainer.n_gpus_per_node")
     if isinstance(tp, int) and isinstance(per_node, int) and (tp > per_node or per_node % tp):
         problems.append(
             Problem(
@@ -113,11 +113,11 @@ def rollout_fit(plan: Plan) -> list[Problem]:
     return problems
 
 
-def _mini_micro(plan: Plan, role: str, mini_key: str, micro_key: str, dyn_key: str, P: int, n: int, dp: int) -> list:
+def _mini_micro(s: Subject, role: str, mini_key: str, micro_key: str, dyn_key: str, P: int, n: int, dp: int) -> list:
     problems = []
-    M = plan.value(mini_key)
-    u = plan.value(micro_key)
-    dyn = bool(plan.value(dyn_key))
+    M = s.value(mini_key)
+    u = s.value(micro_key)
+    dyn = bool(s.value(dyn_key))
     if not isinstance(M, int) or M < 1:
         return [Problem(f"{mini_key} must be a positive integer, not {M!r}.", key=mini_key)]
     if M > P:
@@ -168,7 +168,7 @@ def _mini_micro(plan: Plan, role: str, mini_key: str, micro_key: str, dyn_key: s
                         f"{mini_key} x rollout.n / ranks = {M} x {n} / {dp} = {per_gpu}; "
                         f"{per_gpu} % {micro_key} ({u}) = {per_gpu % u}"
                     ],
-                    hint=fix(micro_fix_key(plan, micro_key), divisors_near(per_gpu, u)),
+                    hint=fix(micro_fix_key(s, micro_key), divisors_near(per_gpu, u)),
                 )
             )
     return problems
@@ -180,16 +180,16 @@ def _nearest(candidates: list[int], target: int) -> list[int]:
     return [*below[-1:], *above[:1]]
 
 
-def batch(plan: Plan) -> list[Problem]:
+def batch(s: Subject) -> list[Problem]:
     """Batch arithmetic, whatever use_dynamic_bsz says (verl checks it only without dynamic batching)."""
-    P = plan.value("data.train_batch_size")
-    n = plan.value(f"{AR}.rollout.n")
-    nodes, per_node = plan.value("trainer.nnodes"), plan.value("trainer.n_gpus_per_node")
+    P = s.value("data.train_batch_size")
+    n = s.value(f"{AR}.rollout.n")
+    nodes, per_node = s.value("trainer.nnodes"), s.value("trainer.n_gpus_per_node")
     for key, v in (("data.train_batch_size", P), (f"{AR}.rollout.n", n)):
         if not isinstance(v, int) or v < 1:
             return [Problem(f"{key} must be a positive integer, not {v!r}.", key=key)]
     world = nodes * per_node
-    sp = plan.value(f"{AR}.actor.ulysses_sequence_parallel_size") or 1
+    sp = s.value(f"{AR}.actor.ulysses_sequence_parallel_size") or 1
     if world % sp:
         return [
             Problem(
@@ -220,7 +220,7 @@ def batch(plan: Plan) -> list[Problem]:
             )
         )
     problems += _mini_micro(
-        plan,
+        s,
         "policy",
         f"{AR}.actor.ppo_mini_batch_size",
         f"{AR}.actor.ppo_micro_batch_size_per_gpu",
@@ -229,9 +229,9 @@ def batch(plan: Plan) -> list[Problem]:
         n,
         dp,
     )
-    if plan.value("algorithm.adv_estimator") == "gae":
+    if s.value("algorithm.adv_estimator") == "gae":
         problems += _mini_micro(
-            plan,
+            s,
             "critic",
             "critic.ppo_mini_batch_size",
             "critic.ppo_micro_batch_size_per_gpu",
@@ -240,7 +240,7 @@ def batch(plan: Plan) -> list[Problem]:
             n,
             dp,
         )
-    est = plan.value("algorithm.adv_estimator")
+    est = s.value("algorithm.adv_estimator")
     if est in facts.GROUP_ESTIMATORS and n < 2:
         problems.append(
             Problem(
@@ -250,7 +250,7 @@ def batch(plan: Plan) -> list[Problem]:
                 hint=f"{AR}.rollout.n=5",
             )
         )
-    rows = plan.rows("train")
+    rows = s.rows("train")
     if rows is not None and rows < P:
         problems.append(
             Problem(
@@ -263,10 +263,10 @@ def batch(plan: Plan) -> list[Problem]:
     return problems
 
 
-def lengths(plan: Plan) -> list[Problem]:
+def lengths(s: Subject) -> list[Problem]:
     problems = []
-    p, r = plan.value("data.max_prompt_length"), plan.value("data.max_response_length")
-    ctx = plan.tc["model"]["context_length"]
+    p, r = s.value("data.max_prompt_length"), s.value("data.max_response_length")
+    ctx = s.cfg.model.context_length
     if isinstance(p, int) and isinstance(r, int) and p + r > ctx:
         problems.append(
             Problem(
@@ -274,12 +274,12 @@ def lengths(plan: Plan) -> list[Problem]:
                 key="data.max_response_length",
                 details=[
                     f"data.max_prompt_length + data.max_response_length = {p} + {r} = {p + r} "
-                    f"> {ctx} (model.context_length of model={plan.tc['model']['name']})"
+                    f"> {ctx} (model.context_length of model={s.cfg.model.name})"
                 ],
                 hint=f"data.max_response_length={max(1, ctx - p)}",
             )
         )
-    max_len = plan.value(f"{AR}.rollout.max_model_len")
+    max_len = s.value(f"{AR}.rollout.max_model_len")
     if isinstance(max_len, int) and isinstance(p, int) and isinstance(r, int) and max_len < p + r:
         problems.append(
             Problem(
@@ -288,9 +288,9 @@ def lengths(plan: Plan) -> list[Problem]:
                 hint=f"{AR}.rollout.max_model_len={p + r}",
             )
         )
-    if plan.value("reward.reward_manager.name") == "dapo":
-        overlong = plan.value("reward.reward_kwargs.overlong_buffer_cfg") or {}
-        max_resp = plan.value("reward.reward_kwargs.max_resp_len")
+    if s.value("reward.reward_manager.name") == "dapo":
+        overlong = s.value("reward.reward_kwargs.overlong_buffer_cfg") or {}
+        max_resp = s.value("reward.reward_kwargs.max_resp_len")
         if overlong.get("enable"):
             length = overlong.get("len")
             if max_resp is None:
@@ -313,10 +313,10 @@ def lengths(plan: Plan) -> list[Problem]:
     return problems
 
 
-def legacy(plan: Plan) -> list[Problem]:
+def legacy(s: Subject) -> list[Problem]:
     """Keys main_ppo accepts and silently ignores."""
     problems = []
-    for path, value in plan.built.leaves.items():
+    for path, value in s.built.leaves.items():
         for old, new in facts.LEGACY_REWARD_KEYS.items():
             if (path == old or path.startswith(old + ".")) and value is not None:
                 target = new + path[len(old) :]
@@ -331,44 +331,48 @@ def legacy(plan: Plan) -> list[Problem]:
     return problems
 
 
-def reward_coverage(plan: Plan) -> list[Problem]:
-    """Every RL row's data_source needs a scorer (verl issue #3450)."""
-    if plan.value("reward.custom_reward_function.path"):
+def reward_coverage(s: Subject) -> list[Problem]:
+    """Every RL row's data_source needs a scorer (verl issue #3450), unless a function, a reward model or a judge
+    scores every row."""
+    if s.cfg.reward.kind in ("model", "judge") or s.value("reward.custom_reward_function.path"):
         return []
-    source = plan.tc["data"].get("data_source")
+    if s.value("reward.reward_model.enable") is True:
+        return []  # verl's reward-model servers, set by hand: the model scores every row
+    source = s.cfg.data.data_source
     if source in facts.SCORED_DATA_SOURCES or str(source).startswith(facts.SCORED_DATA_SOURCE_PREFIXES):
         return []
     return [
         Problem(
             f"data.data_source = {source!r} has no built-in reward function in verl, and no custom one is set.",
-            key="data.reward_fn",
-            hint="data.reward_fn=path/to/reward.py:compute_score (or use a data_source verl scores, e.g. openai/gsm8k)",
+            key="reward",
+            hint="reward=fn reward.fn=path/to/reward.py:compute_score (or a data_source verl scores, e.g. "
+            "openai/gsm8k; or reward=model / reward=judge)",
         )
     ]
 
 
-def checks(plan: Plan) -> list[Problem]:
+def checks(s: Subject) -> list[Problem]:
     return [
-        *registries(plan),
-        *rollout_fit(plan),
-        *batch(plan),
-        *lengths(plan),
-        *legacy(plan),
-        *reward_coverage(plan),
-        *check_verl_device(plan, f"{AR}.actor.strategy", f"{AR}.model.override_config.attn_implementation"),
+        *registries(s),
+        *rollout_fit(s),
+        *batch(s),
+        *lengths(s),
+        *legacy(s),
+        *reward_coverage(s),
+        *check_verl_device(s, f"{AR}.actor.strategy", f"{AR}.model.override_config.attn_implementation"),
     ]
 
 
-def numbers(plan: Plan) -> list[Number]:
-    P, n = plan.value("data.train_batch_size"), plan.value(f"{AR}.rollout.n")
-    nodes, per_node = plan.value("trainer.nnodes"), plan.value("trainer.n_gpus_per_node")
+def numbers(s: Subject) -> list[Number]:
+    P, n = s.value("data.train_batch_size"), s.value(f"{AR}.rollout.n")
+    nodes, per_node = s.value("trainer.nnodes"), s.value("trainer.n_gpus_per_node")
     world = nodes * per_node
-    sp = plan.value(f"{AR}.actor.ulysses_sequence_parallel_size") or 1
+    sp = s.value(f"{AR}.actor.ulysses_sequence_parallel_size") or 1
     dp = max(1, world // sp)
-    M = plan.value(f"{AR}.actor.ppo_mini_batch_size")
-    u = plan.value(f"{AR}.actor.ppo_micro_batch_size_per_gpu")
-    epochs = plan.value(f"{AR}.actor.ppo_epochs") or 1
-    tp = plan.value(f"{AR}.rollout.tensor_model_parallel_size")
+    M = s.value(f"{AR}.actor.ppo_mini_batch_size")
+    u = s.value(f"{AR}.actor.ppo_micro_batch_size_per_gpu")
+    epochs = s.value(f"{AR}.actor.ppo_epochs") or 1
+    tp = s.value(f"{AR}.rollout.tensor_model_parallel_size")
     out = [
         Number("prompts per step", P, "data.train_batch_size"),
         Number("sequences per step", P * n, f"{P} prompts x rollout.n {n}"),
@@ -381,26 +385,26 @@ def numbers(plan: Plan) -> list[Number]:
         ),
         Number("sequences per GPU per update", M * n // dp if M else "?", f"{M} x {n} / {dp}"),
     ]
-    if plan.value(f"{AR}.actor.use_dynamic_bsz"):
-        tokens = plan.value(f"{AR}.actor.ppo_max_token_len_per_gpu")
+    if s.value(f"{AR}.actor.use_dynamic_bsz"):
+        tokens = s.value(f"{AR}.actor.ppo_max_token_len_per_gpu")
         out.append(Number("micro-batch per GPU", f"dynamic, <= {tokens} tokens", "use_dynamic_bsz"))
     elif isinstance(u, int) and u > 0 and M:
         out.append(Number("micro-batch per GPU", u, "ppo_micro_batch_size_per_gpu"))
         out.append(Number("gradient accumulation steps", M * n // dp // u, f"{M * n // dp} / {u}"))
     if isinstance(tp, int) and tp > 0:
         out.append(Number("rollout replicas", world // tp, f"{world} GPUs / tensor parallel {tp}"))
-    rows = plan.rows("train")
+    rows = s.rows("train")
     if rows is not None and P:
         steps = rows // P
-        total = plan.value("trainer.total_training_steps") or steps * plan.value("trainer.total_epochs")
+        total = s.value("trainer.total_training_steps") or steps * s.value("trainer.total_epochs")
         out.append(Number("steps per epoch", steps, f"{rows} rows // {P} (last partial batch dropped)"))
         out.append(
             Number(
                 "total steps",
                 total,
                 "trainer.total_training_steps"
-                if plan.value("trainer.total_training_steps")
-                else f"{steps} x {plan.value('trainer.total_epochs')} epochs",
+                if s.value("trainer.total_training_steps")
+                else f"{steps} x {s.value('trainer.total_epochs')} epochs",
             )
         )
     return out

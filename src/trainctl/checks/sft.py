@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainctl.backends.base import Number
 from trainctl.checks.arith import divisors_near, fix, neighbours
+from trainctl.checks.base import Number
 from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
-    from trainctl.plan import Plan
+    from trainctl.checks.base import Subject
 
 
-def _ranks(plan: Plan) -> tuple[int, int, int]:
-    nodes, per_node = plan.value("trainer.nnodes"), plan.value("trainer.n_gpus_per_node")
-    sp = plan.value("engine.ulysses_sequence_parallel_size") or 1
+def _ranks(s: Subject) -> tuple[int, int, int]:
+    nodes, per_node = s.value("trainer.nnodes"), s.value("trainer.n_gpus_per_node")
+    sp = s.value("engine.ulysses_sequence_parallel_size") or 1
     return nodes, per_node, max(1, nodes * per_node // sp)
 
 
-def batch(plan: Plan) -> list[Problem]:
-    B = plan.value("data.train_batch_size")
+def batch(s: Subject) -> list[Problem]:
+    B = s.value("data.train_batch_size")
     if not isinstance(B, int) or B < 1:
         return [Problem(f"data.train_batch_size must be a positive integer, not {B!r}.", key="data.train_batch_size")]
-    nodes, per_node, dp = _ranks(plan)
+    nodes, per_node, dp = _ranks(s)
     problems = []
     if B % dp:
         # sft_trainer computes the per-rank batch as B // dp and silently drops the remainder
@@ -37,8 +37,8 @@ def batch(plan: Plan) -> list[Problem]:
                 hint=fix("data.train_batch_size", neighbours(B, dp)),
             )
         )
-    elif not plan.value("data.use_dynamic_bsz"):
-        u = plan.value("data.micro_batch_size_per_gpu")
+    elif not s.value("data.use_dynamic_bsz"):
+        u = s.value("data.micro_batch_size_per_gpu")
         per_rank = B // dp
         if isinstance(u, int) and u > 0 and per_rank % u:
             problems.append(
@@ -48,10 +48,10 @@ def batch(plan: Plan) -> list[Problem]:
                     details=[
                         f"data.train_batch_size / ranks = {B} / {dp} = {per_rank}; {per_rank} % {u} = {per_rank % u}"
                     ],
-                    hint=fix(micro_fix_key(plan, "data.micro_batch_size_per_gpu"), divisors_near(per_rank, u)),
+                    hint=fix(micro_fix_key(s, "data.micro_batch_size_per_gpu"), divisors_near(per_rank, u)),
                 )
             )
-    rows = plan.rows("train")
+    rows = s.rows("train")
     if rows is not None and rows < B:
         problems.append(
             Problem(
@@ -64,49 +64,49 @@ def batch(plan: Plan) -> list[Problem]:
     return problems
 
 
-def lengths(plan: Plan) -> list[Problem]:
-    L = plan.value("data.max_length")
-    ctx = plan.tc["model"]["context_length"]
+def lengths(s: Subject) -> list[Problem]:
+    L = s.value("data.max_length")
+    ctx = s.cfg.model.context_length
     if isinstance(L, int) and ctx < L:
         return [
             Problem(
                 "SFT samples may be longer than the model's context:",
                 key="data.max_length",
-                details=[f"data.max_length = {L} > {ctx} (model.context_length of model={plan.tc['model']['name']})"],
+                details=[f"data.max_length = {L} > {ctx} (model.context_length of model={s.cfg.model.name})"],
                 hint=f"data.max_length={ctx}",
             )
         ]
     return []
 
 
-def checks(plan: Plan) -> list[Problem]:
+def checks(s: Subject) -> list[Problem]:
     return [
-        *batch(plan),
-        *lengths(plan),
-        *check_logger_names(plan, "trainer.logger"),
-        *check_verl_device(plan, "engine.strategy", "model.override_config.attn_implementation"),
+        *batch(s),
+        *lengths(s),
+        *check_logger_names(s, "trainer.logger"),
+        *check_verl_device(s, "engine.strategy", "model.override_config.attn_implementation"),
     ]
 
 
-def numbers(plan: Plan) -> list[Number]:
-    B = plan.value("data.train_batch_size")
-    nodes, per_node, dp = _ranks(plan)
+def numbers(s: Subject) -> list[Number]:
+    B = s.value("data.train_batch_size")
+    nodes, per_node, dp = _ranks(s)
     out = [
         Number("sequences per step", B, "data.train_batch_size"),
         Number("data-parallel ranks", dp, f"{nodes_text(nodes)} x {per_node}"),
         Number("sequences per rank per step", B // dp, f"{B} / {dp}"),
     ]
-    if plan.value("data.use_dynamic_bsz"):
-        tokens = plan.value("data.max_token_len_per_gpu")
+    if s.value("data.use_dynamic_bsz"):
+        tokens = s.value("data.max_token_len_per_gpu")
         out.append(Number("micro-batch per GPU", f"dynamic, <= {tokens} tokens", "data.use_dynamic_bsz"))
     else:
-        u = plan.value("data.micro_batch_size_per_gpu")
+        u = s.value("data.micro_batch_size_per_gpu")
         out.append(Number("micro-batch per GPU", u, "data.micro_batch_size_per_gpu"))
         out.append(Number("gradient accumulation steps", B // dp // u, f"{B // dp} / {u}"))
-    rows = plan.rows("train")
+    rows = s.rows("train")
     if rows is not None:
         steps = rows // B
-        total = plan.value("trainer.total_training_steps") or steps * plan.value("trainer.total_epochs")
+        total = s.value("trainer.total_training_steps") or steps * s.value("trainer.total_epochs")
         out.append(Number("steps per epoch", steps, f"{rows} rows // {B} (last partial batch dropped)"))
-        out.append(Number("total steps", total, f"{steps} x {plan.value('trainer.total_epochs')} epochs"))
+        out.append(Number("total steps", total, f"{steps} x {s.value('trainer.total_epochs')} epochs"))
     return out

@@ -31,18 +31,10 @@ def complete_overrides(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _trainctl_keys(search) -> list[str]:
-    import yaml
+    """trainctl's own keys, from the schema that declares them."""
+    from trainctl.config.schema import keys
 
-    keys = []
-    primary = yaml.safe_load((search.builtin / "trainctl.yaml").read_text()) or {}
-    for section in ("run", "paths"):
-        keys += [f"{section}.{k}" for k in primary.get(section, {})]
-    for group in ("hardware", "data", "model"):
-        options = search.options(group)
-        if options:
-            first = yaml.safe_load(next(iter(options.values())).read_text()) or {}
-            keys += [f"{group}.{k}" for k in first if not isinstance(first[k], dict)]
-    return keys
+    return [key for key, _, _ in keys()]
 
 
 Overrides = Annotated[
@@ -104,7 +96,7 @@ def render_warnings(warnings: list[Problem]) -> None:
 def render_error(e: TrainctlError) -> None:
     """Error:/Hint: lines on stderr; a secret from the environment never reaches them (a hub's message may quote
     a URL or header that carries one)."""
-    from trainctl.launch.secrets import Redactor
+    from trainctl.secrets import Redactor
 
     redact = Redactor().text
 
@@ -166,3 +158,21 @@ def byte_progress(label: str):
                 bar.advance(task, n)
 
         yield progress
+
+
+def checked_plan(words, search, launching: bool = False):
+    """make_plan, with a status line on a terminal while the backend's own validation runs (it imports verl or
+    TRL: seconds, where every other check takes milliseconds)."""
+    from trainctl.plan import make_plan, validate_natively
+
+    plan = make_plan(words, search, launching=launching, native=False)
+    render = sys.stderr.isatty()
+    if not render:
+        validate_natively(plan)
+        return plan
+    from rich.console import Console
+
+    what = "TRL" if plan.backend.node == "trl" else "verl"
+    with Console(stderr=True).status(f"Checking with {what}'s own validation (it imports {what}: a few seconds)..."):
+        validate_natively(plan)
+    return plan

@@ -44,16 +44,31 @@ def show(
     ] = False,
     config_dir: ConfigDirs = None,
 ) -> None:
-    """Print the resolved config as YAML."""
-    from omegaconf import OmegaConf
+    """Print the resolved config as YAML; any problems in it are shown below it (`config validate` refuses them).
 
-    from trainctl.cli.render import yaml_with_origins
+    Exit 0 unless the config cannot be composed at all.
+    """
     from trainctl.plan import make_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    plan = make_plan(words, search_path(config_dir), native=False)
-    render_warnings(plan.warnings)
+    plan = make_plan(words, search_path(config_dir), native=False, strict=False)
+    _print_config(plan, backend, origin)
+    render_warnings(plan.problems)
+    if plan.errors:
+        n = len(plan.errors)
+        typer.echo(
+            f"Note: {n} of these {'problems' if n > 1 else 'problem'} would stop `trainctl train` and "
+            "`trainctl config validate`.",
+            err=True,
+        )
+
+
+def _print_config(plan, backend: bool, origin: bool) -> None:
+    from omegaconf import OmegaConf
+
+    from trainctl.cli.render import yaml_with_origins
+
     if not backend:
         if not origin:
             typer.echo(plan.trainctl_yaml().rstrip())
@@ -76,7 +91,7 @@ def show(
             src = plan.comp.origin(f"{plan.backend.node}.{path}") or f"{plan.backend.node}.{path}"
         return src
 
-    tree = OmegaConf.to_container(plan.cfg, resolve=True, throw_on_missing=False)
+    tree = OmegaConf.to_container(plan.backend_cfg, resolve=True, throw_on_missing=False)
     typer.echo("\n".join(yaml_with_origins(tree, backend_origin)))
 
 
@@ -91,13 +106,13 @@ Examples:
 )
 def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDirs = None) -> None:
     """Check a config, verl's own validation included: exit 0 when valid, 1 with every problem found."""
-    from trainctl.plan import make_plan
+    from trainctl.cli.common import checked_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    plan = make_plan(words, search_path(config_dir))
+    plan = checked_plan(words, search_path(config_dir))
     render_warnings(plan.warnings)
-    typer.echo(f"OK: {plan.tc['algorithm']['name']} on {plan.backend.title} is valid.")
+    typer.echo(f"OK: {plan.cfg.algorithm.name} on {plan.backend.title} is valid.")
 
 
 @app.command(
@@ -125,4 +140,40 @@ def groups(config_dir: ConfigDirs = None) -> None:
         for name, file in search.options(group).items():
             mine = "" if search.builtin in file.parents else f"  (from {file.parent.parent})"
             table.add_row("", name, describe(file) + mine)
+    stdout_console().print(table)
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl config keys                 every key of trainctl's own sections
+  trainctl config keys hardware        the hardware section: type, range and meaning of each key
+"""
+)
+def keys(
+    section: Annotated[
+        str | None, typer.Argument(help="one section: algorithm, model, data, hardware, logger, run, paths")
+    ] = None,
+) -> None:
+    """List trainctl's own config keys with their types, ranges and meaning (from the schema)."""
+    from rich.table import Table
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.config.schema import SECTIONS
+    from trainctl.config.schema import keys as schema_keys
+    from trainctl.errors import UsageError
+    from trainctl.suggest import closest
+
+    if section is not None and section not in SECTIONS:
+        guess = closest(section, SECTIONS)
+        raise UsageError(
+            f"no section {section!r}.",
+            hint=f"did you mean {guess[0]}?" if guess else f"one of: {', '.join(SECTIONS)}",
+        )
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("key", "type", "meaning"):
+        table.add_column(col, overflow="fold")
+    for key, kind, doc in schema_keys(section):
+        table.add_row(key, kind, doc)
     stdout_console().print(table)

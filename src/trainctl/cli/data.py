@@ -131,13 +131,13 @@ def check(
     from rich.table import Table
 
     from trainctl.cli.common import render_warnings, stdout_console
-    from trainctl.data.check import check_file
     from trainctl.errors import ConfigProblems
+    from trainctl.plan import check_data_file
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
     with progress_bar(f"checking {file.name}") as advance:
-        report = check_file(file, words, progress=advance)
+        report = check_data_file(file, words, progress=advance)
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_row("file", str(report.path))
     table.add_row("format", f"{report.fmt} ({report.rows} rows)")

@@ -21,8 +21,7 @@ def doctor(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDi
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    tc = make_plan(words, search_path(config_dir), native=False).tc
-    checks = run_checks(tc)
+    checks = run_checks(make_plan(words, search_path(config_dir), native=False).cfg)
     table = Table(box=None, header_style="bold", pad_edge=False, show_header=False)
     marks = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "info": ""}
     for c in checks:

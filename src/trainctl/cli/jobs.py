@@ -32,9 +32,9 @@ def _address(address: str | None, hardware: str | None) -> str:
     if address:
         return address
     if hardware:
-        from trainctl.plan import resolve
+        from trainctl.config.load import load
 
-        found = resolve([f"hardware={hardware}"]).tc["hardware"].get("ray_address")
+        found = load([f"hardware={hardware}"]).cfg.hardware.ray_address
         if found:
             return str(found)
     if os.environ.get("RAY_ADDRESS"):

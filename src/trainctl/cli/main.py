@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     Typer reports its own usage errors (unknown command or option, exit 2); trainctl's errors are rendered here.
     """
     from trainctl.cli.common import debug, render_error
-    from trainctl.errors import EXIT_INTERRUPTED, TrainctlError
+    from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
 
     try:
         app(args=argv, prog_name="trainctl")
@@ -77,3 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("Interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except Exception as e:  # a bug, or a library failing in a way trainctl does not know: one line, and how to see more
+        if debug():
+            raise
+        from trainctl.secrets import Redactor
+
+        text = Redactor().text(str(e).strip().splitlines()[0] if str(e).strip() else "")
+        typer.echo(f"Error: unexpected {type(e).__name__}" + (f": {text}" if text else ""), err=True)
+        typer.echo("Hint: TRAINCTL_DEBUG=1 shows the traceback (please include it in a bug report)", err=True)
+        sys.exit(EXIT_PROBLEM)

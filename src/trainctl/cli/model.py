@@ -119,14 +119,15 @@ def ls() -> None:
     from trainctl.models.pull import human
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("model", "repository", "on disk", "size", "revision", "path"):
+    for col in ("model", "kind", "repository", "on disk", "size", "revision", "path"):
         table.add_column(col)
     for e in catalog():
         d = e.disk
         state = "-" if not d.exists else ("complete" if d.complete else f"incomplete: {d.problem}")
         commit = d.manifest.get("commit") or ""
         rev = f"{d.manifest.get('revision', '')} {commit[:8]}".strip() if commit else "-"
-        table.add_row(e.name, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
+        kind = e.kind.replace("_", "-")
+        table.add_row(e.name, kind, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
     stdout_console().print(table)
 
 
@@ -155,7 +156,7 @@ def info(
     from trainctl.cli.common import stdout_console
     from trainctl.models.catalog import resolve_ref
     from trainctl.models.info import model_info
-    from trainctl.models.memory import GiB, count, estimate, fixes, setup_from_plan, size
+    from trainctl.models.memory import GiB, count, estimate, fixes, setup_from, size
     from trainctl.models.pull import human
     from trainctl.plan import resolve
 
@@ -189,11 +190,11 @@ def info(
     )
     console.print(t)
 
-    s = setup_from_plan(plan)
+    s = setup_from(plan.cfg, plan.value)
     e = estimate(m, s)
-    hw = plan.tc["hardware"]
+    hw = plan.cfg.hardware
     unit = "GPU" if s.device == "cuda" else "process"
-    what = f"{plan.tc['algorithm']['name']} on hardware={hw['name']} ({s.world} {unit}{'s' if s.world > 1 else ''})"
+    what = f"{plan.cfg.algorithm.name} on hardware={hw.name} ({s.world} {unit}{'s' if s.world > 1 else ''})"
     budget = f"{s.budget / GiB:.0f} GiB" if s.budget else "unknown (hardware.gpu_memory_gb is null)"
     console.print(f"\nMemory per {unit}, training {what}; budget {budget}:")
     m_table = Table(box=None, header_style="bold", pad_edge=False)
@@ -235,28 +236,32 @@ def info(
 Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
+  trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
 """
 )
 def init(
-    name: Annotated[str, typer.Argument(help="the model to build: tiny")],
+    name: Annotated[str, typer.Argument(help="the model to build: tiny, or the reward model tiny-rm")],
     out: Annotated[
         Path | None, typer.Option("--out", help="where to write it (default: the model group's path)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if it is already there")] = False,
 ) -> None:
-    """Build the tiny local model (tokenizer and random Qwen2 weights), the one the demo and the tests use."""
+    """Build a tiny local model (tokenizer and random Qwen2 weights): tiny, the one the demo and the tests train, or
+    tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm)."""
+    from trainctl.config.load import load
     from trainctl.errors import TrainctlError
-    from trainctl.models.tiny import init_tiny
-    from trainctl.plan import resolve
+    from trainctl.models.tiny import BUILT, init_tiny
 
-    if name != "tiny":
+    if name not in BUILT:
         raise TrainctlError(
-            f"only `tiny` is built locally; {name!r} comes from a hub.", hint=f"trainctl model pull {name}"
+            f"only {' and '.join(BUILT)} are built locally; {name!r} comes from a hub.",
+            hint=f"trainctl model pull {name}",
         )
-    target = out or Path(resolve(["model=tiny"]).tc["model"]["path"])
+    target = out or Path(load([f"model={name}"]).cfg.model.path)
     existed = (target / "config.json").is_file()
-    path = init_tiny(target, force=force)
-    typer.echo(f"{'Already there' if existed and not force else 'Built'}: tiny model at {path}")
+    path = init_tiny(target, force=force, name=name)
+    what = "tiny reward model" if name == "tiny-rm" else "tiny model"
+    typer.echo(f"{'Already there' if existed and not force else 'Built'}: {what} at {path}")
 
 
 @app.command(

@@ -11,16 +11,16 @@ from trainctl.plan import Plan
 
 
 def plan_text(plan: Plan, title: str | None = None) -> str:
-    tc = plan.tc
-    hw = tc["hardware"]
-    devices = "process" if hw["device"] == "cpu" else "GPU"
+    cfg = plan.cfg
+    hw = cfg.hardware
+    devices = "process" if hw.device == "cpu" else "GPU"
     lines = []
     if title:
         lines += [title, ""]
     lines.append(
-        f"Plan: {tc['algorithm']['name']} on model={tc['model']['name']} with data={tc['data']['name']}, "
-        f"hardware={hw['name']} ({_count(hw['nnodes'], 'node')} x {_count(hw['gpus_per_node'], devices)}, "
-        f"{hw['launcher']}), logger={tc['logger']['name']}"
+        f"Plan: {cfg.algorithm.name} on model={cfg.model.name} with data={cfg.data.name}, "
+        f"hardware={hw.name} ({_count(hw.nnodes, 'node')} x {_count(hw.gpus_per_node, devices)}, "
+        f"{hw.launcher}), loggers: {', '.join(plan.loggers())}"
     )
     lines.append(f"Backend: {plan.backend.title}; run folder: {plan.run_dir}")
     lines.append("")
@@ -31,7 +31,7 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     lines.append(
         f"Backend keys trainctl sets ({len(built.leaves)}; the full config: trainctl config show --backend ...):"
     )
-    lines += ["  " + o for o in plan.backend.raw_overrides(plan)]
+    lines += ["  " + o for o in plan.built.raw_overrides()]
     lines.append("")
     from trainctl.launch.runner import full_command
 

@@ -58,9 +58,9 @@ def train(
     Exit codes: 0 done, 1 a problem with the config, data or model (nothing started), 2 a usage error,
     3 the trainer failed, 130 interrupted.
     """
+    from trainctl.cli.common import checked_plan
     from trainctl.cli.render import plan_text
     from trainctl.config.overrides import expand
-    from trainctl.plan import make_plan
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
@@ -72,8 +72,9 @@ def train(
         raise TrainctlError("--resume continues one run; it cannot be combined with a sweep (-m).")
     failures: list[TrainctlError] = []
     for i, point in enumerate(points, 1):
-        plan = make_plan(point, search, launching=not dry_run)
-        title = f"Sweep point {i}/{len(points)}: {' '.join(point)}" if multirun else None
+        plan = checked_plan(point, search, launching=not dry_run)
+        args = [o.raw for o in point]
+        title = f"Sweep point {i}/{len(points)}: {' '.join(args)}" if multirun else None
         render_warnings(plan.warnings)
         if dry_run:
             typer.echo(plan_text(plan, title))
@@ -86,7 +87,7 @@ def train(
                 hint="do not change run.name or run.dir when resuming",
             )
         try:
-            _run(plan, point, resume is not None, detach, verbose)
+            _run(plan, args, resume is not None, detach, verbose)
         except RunFailed as e:
             if len(points) == 1:
                 raise
@@ -119,15 +120,15 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     from trainctl.launch.runner import launch
     from trainctl.metrics import run_summary
 
-    typer.echo(f"Run {plan.tc['run']['name']}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
+    typer.echo(f"Run {plan.cfg.run.name}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
     views = []
 
     def show(run, attempt) -> None:
         # the live view reads the run folder as it grows; the raw stream goes to the log only
         from trainctl.cli.live import RunView
 
-        title = f"{plan.tc['run']['name']} · {plan.tc['algorithm']['name']} · {plan.backend.title}"
-        views.append(RunView(run.path, attempt, plan.comp.family, title))
+        title = f"{plan.cfg.run.name} · {plan.cfg.algorithm.name} · {plan.backend.title}"
+        views.append(RunView(run.path, attempt, plan.cfg.algorithm.family, title))
         views[-1].start()
 
     with contextlib.ExitStack() as stack:
@@ -150,7 +151,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
         return
     if result.state == "interrupted":
         raise RunInterrupted(
-            f"run {plan.tc['run']['name']} was interrupted; every process it started was stopped.",
+            f"run {plan.cfg.run.name} was interrupted; every process it started was stopped.",
             hint=f"continue it: trainctl train --resume {folder}",
         )
     if result.state == "failed":
@@ -161,8 +162,8 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
             hint=f"the whole log is in {relative(log)}/; after fixing, resume: trainctl train --resume {folder}",
         )
     ckpt = latest_checkpoint(result.run_dir / "checkpoints")
-    typer.echo(f"Finished {plan.tc['run']['name']} in {result.seconds:.0f} s. Run folder: {folder}")
+    typer.echo(f"Finished {plan.cfg.run.name} in {result.seconds:.0f} s. Run folder: {folder}")
     if ckpt:
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
-    for line in run_summary(result.run_dir, plan.comp.family):
+    for line in run_summary(result.run_dir, plan.cfg.algorithm.family):
         typer.echo(line)

@@ -19,19 +19,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from trainctl.config import resolvers
 from trainctl.config.overrides import Override, suggest_option
+from trainctl.config.schema import BACKEND_NODES, SECTIONS, declares, moved
 from trainctl.config.search import GROUPS, SearchPath
 from trainctl.errors import ConfigProblems, Problem
 
-# Top-level sections of the trainctl config that are trainctl's own (group nodes and shared settings).
-TRAINCTL_SECTIONS = ("paths", "run", "algorithm", "model", "data", "hardware", "logger")
-# Nodes that hold backend keys, and which algorithm family runs on which.
-BACKEND_NODES = ("verl", "trl")
+# Top-level sections of the trainctl config that are trainctl's own (declared in trainctl.config.schema).
+TRAINCTL_SECTIONS = SECTIONS
+# Which backend node each algorithm family's keys live under.
 FAMILY_NODE = {"sft": "verl", "ppo": "verl", "dpo": "trl"}
 PRIMARY = "trainctl"
 # groups of which several options may be chosen at once (logger=[wandb,tensorboard]); their options add to dicts
 MULTI_CHOICE_GROUPS = ("logger",)
-
-_MISSING = object()
 
 
 @dataclass
@@ -51,6 +49,7 @@ class Composition:
     cfg: DictConfig
     search: SearchPath
     group_overrides: list[str]
+    choices: dict[str, str] = field(default_factory=dict)  # group -> option, as Hydra chose them
     trainctl_overrides: list[Override] = field(default_factory=list)
     backend_overrides: list[BackendOverride] = field(default_factory=list)
 
@@ -84,27 +83,17 @@ class Composition:
         return origin_of(path, self.sources)
 
 
-def _select(cfg: DictConfig, key: str) -> Any:
-    return OmegaConf.select(cfg, key, default=_MISSING, throw_on_resolution_failure=False)
+_USER_DIRS: list = []
 
 
-def _hydra(search: SearchPath):
-    """A Hydra instance over trainctl's search path: user folders first, then the built-in groups."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.global_hydra import GlobalHydra
-
-    csp = create_config_search_path(None)
-    for i, d in enumerate(search.dirs):
-        provider = "trainctl" if d == search.builtin else f"trainctl-user-{i}"
-        csp.prepend(provider, f"file://{d}", anchor=SearchPathQuery(provider="schema"))
-    GlobalHydra.instance().clear()
-    return Hydra.create_main_hydra2(task_name="trainctl", config_search_path=csp)
+def active_user_dirs() -> list:
+    """The user config folders of the composition under way (read by hydra_plugins.trainctl_searchpath)."""
+    return list(_USER_DIRS)
 
 
-def hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig:
-    """Hydra's composition of the trainctl config, cached per group choices and config files (size, time).
+def hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
+    """Hydra's composition of the trainctl config and the group choices it made, cached per group choices and
+    config files (size, time).
 
     Composition is deterministic given those (interpolations are kept unresolved), and skipping Hydra saves
     ~150 ms of the one second a config error is allowed to take.
@@ -116,28 +105,32 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig:
 
     files = sorted(f for d in search.dirs for f in d.rglob("*.yaml"))
     stamp = [(str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
-    key = hashlib.sha1(repr((stamp, group_overrides)).encode()).hexdigest()[:20]
+    key = hashlib.sha1(repr((stamp, group_overrides, "v2")).encode()).hexdigest()[:20]
     cache = paths.cache_dir() / "compose" / f"{key}.pkl"
     if cache.is_file():
         try:
             return pickle.loads(cache.read_bytes())
         except Exception:  # a damaged cache is rebuilt
             pass
-    cfg = _hydra_compose(search, group_overrides)
-    paths.atomic_write_bytes(cache, pickle.dumps(cfg))
-    return cfg
+    result = _hydra_compose(search, group_overrides)
+    paths.atomic_write_bytes(cache, pickle.dumps(result))
+    return result
 
 
-def _hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig:
-    """Run Hydra's composition; composition failures become Problems that name the file and the fix."""
+def _hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
+    """Hydra's compose API over trainctl's search path (user folders first, through trainctl's search-path
+    plugin); composition failures become Problems that name the file and the fix."""
+    from hydra import compose as hydra_compose_api
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
-    from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    GlobalHydra.instance().clear()
+    _USER_DIRS[:] = list(search.user_dirs)
     try:
-        hydra = _hydra(search)
-        cfg = hydra.compose_config(PRIMARY, group_overrides, run_mode=RunMode.RUN, with_log_configuration=False)
+        with initialize_config_dir(config_dir=str(search.builtin), version_base="1.3", job_name="trainctl"):
+            cfg = hydra_compose_api(PRIMARY, overrides=group_overrides, return_hydra_config=True)
     except MissingConfigException as e:
         msg = str(e).strip().splitlines()[0]
         options = list(getattr(e, "options", None) or [])
@@ -162,10 +155,12 @@ def _hydra_compose(search: SearchPath, group_overrides: list[str]) -> DictConfig
             [Problem(lines[0] if lines else type(e).__name__, details=lines[1:4], hint="see `trainctl config groups`")]
         ) from None
     finally:
+        _USER_DIRS.clear()
         GlobalHydra.instance().clear()
+    choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra" not in k}
     with open_dict(cfg):
         cfg.pop("hydra", None)
-    return cfg
+    return cfg, choices
 
 
 def _group_override(o: Override, search: SearchPath, problems: list[Problem]) -> str | None:
@@ -226,12 +221,16 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
     if problems:
         raise ConfigProblems(problems)
 
-    cfg = hydra_compose(search, group_overrides)
+    cfg, choices = hydra_compose(search, group_overrides)
 
     trainctl_overrides: list[Override] = []
     for o in maybe_trainctl:
-        # a key the trainctl config has is trainctl's; any other (data.train_batch_size) is the backend's
-        if _select(cfg, o.key) is _MISSING:
+        problem = moved(o.key, o.value)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        # a key trainctl's schema declares is trainctl's; any other (data.train_batch_size) is the backend's
+        if not declares(o.key):
             backend.append((o, None, o.key))
             continue
         if o.op == "delete":
@@ -239,7 +238,8 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
                 Problem(f"'{o.raw}': trainctl keys cannot be deleted.", key=o.key, hint=f"set it instead: {o.key}=null")
             )
             continue
-        OmegaConf.update(cfg, o.key, o.value, merge=True)
+        with open_dict(cfg):
+            OmegaConf.update(cfg, o.key, o.value, merge=True)
         trainctl_overrides.append(o)
 
     family = OmegaConf.select(cfg, "algorithm.family")
@@ -276,6 +276,7 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
         cfg=cfg,
         search=search,
         group_overrides=group_overrides,
+        choices=choices,
         trainctl_overrides=trainctl_overrides,
         backend_overrides=backend_overrides,
     )

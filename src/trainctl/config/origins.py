@@ -1,13 +1,21 @@
-"""Where each value of a composed config came from: a group file, a recipe, or the command line."""
+"""Where each value of a composed config came from: a group file, a recipe, or the command line.
+
+Hydra merges the primary config's defaults list in order, each group option after its own defaults list (a
+variant after the option it inherits from), `_self_` where the list puts it (last when absent). That order is
+rebuilt here from the group choices Hydra reported and the files' own defaults lists, so that the last file that
+sets a key is the one named.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
+import yaml
 
 if TYPE_CHECKING:
     from trainctl.config.compose import Composition
+    from trainctl.config.search import SearchPath
 
 COMMAND_LINE = "command line"
 
@@ -21,28 +29,72 @@ def _leaves(tree: Any, prefix: str) -> list[str]:
     return [prefix] if prefix else []
 
 
+def _package(file: Path, default: str) -> str:
+    """A file's `# @package` header (`_global_` is the root), else the group it is in."""
+    with file.open() as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            text = line.lstrip("#").strip()
+            if text.startswith("@package"):
+                pkg = text.removeprefix("@package").strip()
+                return "" if pkg == "_global_" else pkg
+    return default
+
+
+def _entry(entry: Any) -> tuple[str | None, str | None, str | None]:
+    """(group, option, package) of a defaults-list entry; (None, name, None) for a config of the same group;
+    overrides are skipped (they change a choice and merge nothing where they stand)."""
+    if isinstance(entry, str):
+        return None, entry, None
+    if isinstance(entry, dict) and len(entry) == 1:
+        ((key, value),) = entry.items()
+        key = str(key)
+        if key.startswith("override "):
+            return None, None, None
+        group, _, package = key.removeprefix("optional ").strip().lstrip("/").partition("@")
+        return group, value, (package or None)
+    return None, None, None
+
+
+def merge_order(search: SearchPath, choices: dict[str, str], primary: str = "trainctl") -> list[tuple[Path, str]]:
+    """(file, package) for every config file Hydra merged, in merge order."""
+    out: list[tuple[Path, str]] = []
+
+    def visit(config_path: str, group: str | None, mount: str | None = None) -> None:
+        file = search.find(config_path)
+        if file is None:
+            return
+        package = _package(file, group or "") if mount is None else ("" if mount == "_global_" else mount)
+        raw = yaml.safe_load(file.read_text()) or {}
+        defaults = raw.get("defaults") or [] if isinstance(raw, dict) else []
+        if "_self_" not in defaults:
+            defaults = [*defaults, "_self_"]
+        for entry in defaults:
+            sub_group, option, sub_mount = _entry(entry)
+            if option == "_self_":
+                out.append((file, package))
+            elif sub_group is None and option:
+                visit(f"{group}/{option}" if group else option, group, mount)  # a variant of the same group
+            elif sub_group:
+                key = f"{sub_group}@{sub_mount}" if sub_mount else sub_group
+                chosen = choices.get(key, choices.get(sub_group, option))
+                if chosen and chosen != "null":
+                    visit(f"{sub_group}/{chosen}", sub_group, sub_mount)
+
+    visit(primary, None)
+    return out
+
+
 def sources(comp: Composition) -> list[tuple[str, set[str]]]:
     """(label, keys it sets) for every config file Hydra merged, in merge order, then the command line."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
+    from trainctl.config.compose import PRIMARY
 
-    from trainctl.config.compose import PRIMARY, _hydra
-
-    try:
-        hydra = _hydra(comp.search)
-        defaults = hydra.config_loader.compute_defaults_list(PRIMARY, comp.group_overrides, RunMode.RUN).defaults
-    finally:
-        GlobalHydra.instance().clear()
     out: list[tuple[str, set[str]]] = []
-    for d in defaults:
-        if d.config_path is None or d.config_path.startswith("hydra/") or d.config_path == "hydra/config":
-            continue
-        file = comp.search.find(d.config_path)
-        if file is None:
-            continue
-        raw = OmegaConf.to_container(OmegaConf.load(file), resolve=False) or {}
+    for file, package in merge_order(comp.search, comp.choices, PRIMARY):
+        raw = yaml.safe_load(file.read_text()) or {}
         raw.pop("defaults", None)
-        out.append((comp.search.label(file), set(_leaves(raw, d.package or ""))))
+        out.append((comp.search.label(file), set(_leaves(raw, package))))
     cli = {o.key for o in comp.trainctl_overrides}
     cli |= {f"{comp.node}.{b.path}" for b in comp.backend_overrides}
     out.append((COMMAND_LINE, cli))

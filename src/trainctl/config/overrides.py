@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -71,22 +72,30 @@ def parse_one(raw: str, search: SearchPath | None = None):
         ) from None
 
 
-def expand(args: list[str], multirun: bool, search: SearchPath | None = None) -> list[list[str]]:
-    """The override lists to run: one, or with -m one per point of the sweep (the product of all swept values)."""
-    axes: list[list[str]] = []
+def _override(o, raw: str, value: Any) -> Override:
+    return Override(raw=raw, key=o.key_or_group, value=value, op=_op(o), package=o.package)
+
+
+def expand(args: list[str], multirun: bool, search: SearchPath | None = None) -> list[list[Override]]:
+    """The override lists to run, each override parsed once: one list, or with -m one per point of the sweep
+    (the product of all swept values)."""
+    axes: list[list[Override]] = []
     for raw in args:
         o = parse_one(raw, search)
         if not o.is_sweep_override():
-            axes.append([raw])
+            axes.append([_override(o, raw, None if o.is_delete() else o.value())])
             continue
         key = o.get_key_element()
-        values = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        points = [
+            _override(o, f"{key}={text}", value)
+            for text, value in zip(o.sweep_string_iterator(), o.sweep_iterator(), strict=True)
+        ]
         if not multirun:
             raise UsageError(
-                f"'{raw}' gives {len(values)} values.",
-                hint=f"add -m to sweep ({len(values)} runs), or write a list in brackets: {o.key_or_group}=[...]",
+                f"'{raw}' gives {len(points)} values.",
+                hint=f"add -m to sweep ({len(points)} runs), or write a list in brackets: {o.key_or_group}=[...]",
             )
-        axes.append(values)
+        axes.append(points)
     return [list(point) for point in itertools.product(*axes)]
 
 
@@ -97,11 +106,38 @@ def parse(args: list[str], search: SearchPath | None = None) -> list[Override]:
         o = parse_one(raw, search)
         if o.is_sweep_override():
             raise UsageError(f"'{raw}' gives several values.", hint="add -m to sweep over them")
-        value = None if o.is_delete() else o.value()
-        out.append(Override(raw=raw, key=o.key_or_group, value=value, op=_op(o), package=o.package))
+        out.append(_override(o, raw, None if o.is_delete() else o.value()))
     return out
 
 
 def suggest_option(option: str, options: list[str]) -> str | None:
     match = closest(option, options, cutoff=0.5)
     return match[0] if match else None
+
+
+# -- rendering overrides ----------------------------------------------------------------------------------------
+
+_BARE = re.compile(r"[A-Za-z_/][\w./\-]*")
+_RESERVED = {"true", "false", "null", "none", "nan", "inf", "yes", "no", "on", "off"}
+
+
+def render_value(value: Any) -> str:
+    """A value written in Hydra's override grammar (what verl's command line accepts)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(render_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{render_value(v)}" for k, v in value.items()) + "}"
+    s = str(value)
+    if _BARE.fullmatch(s) and s.lower() not in _RESERVED:
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_override(path: str, value: Any, added: bool = False) -> str:
+    return f"{'+' if added else ''}{path}={render_value(value)}"

@@ -64,6 +64,35 @@ def _logger_env(destinations):
     return env
 
 
+def _if_rm_servers(kind, engine, value):
+    from trainctl.config.reward import on_servers
+
+    return value if on_servers(kind, engine) else UNSET
+
+
+def _reward_manager(kind, engine, field):
+    from trainctl.config.reward import manager
+
+    found = manager(kind, engine)
+    if found is None:
+        return UNSET
+    return {"source": "importlib", "name": found[1], "path": found[0]}[field]
+
+
+def _reward_settings(reward, engine, models_dir, run_dir):
+    from trainctl.config.reward import runtime_settings
+
+    reward = OmegaConf.to_container(reward, resolve=True) if OmegaConf.is_config(reward) else reward
+    found = runtime_settings(reward, engine, models_dir, run_dir)
+    return UNSET if found is None else found
+
+
+def _model_path(name, models_dir):
+    from trainctl.config.reward import model_folder
+
+    return model_folder(name, models_dir)
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -84,6 +113,10 @@ _RESOLVERS = {
     "tc.logger_backends": _logger_backends,
     "tc.logger_name": _logger_name,
     "tc.logger_env": _logger_env,
+    "tc.model_path": _model_path,
+    "tc.if_rm_servers": _if_rm_servers,
+    "tc.reward_manager": _reward_manager,
+    "tc.reward_settings": _reward_settings,
 }
 
 

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainctl.config.types import bounds
+from trainctl.config.types import bounds, type_hints
 
 Family = Literal["sft", "dpo", "ppo"]
 DataFormat = Literal["rl", "sft", "dpo"]
@@ -60,7 +60,6 @@ class Algorithm:
     name: str = doc("the algorithm's name (the option's file name)")
     family: Family = doc("which trainer runs it: sft (verl sft_trainer), dpo (TRL DPOTrainer), ppo (verl main_ppo)")
     data_format: DataFormat = doc("the data format it reads: rl (prompts and ground truths), sft, dpo (pairs)")
-    reward_fn: str | None = opt("PPO family: a scorer path/to/reward.py:function for its data (data.reward_fn wins)")
 
 
 @dataclass
@@ -80,6 +79,11 @@ class Model:
     name: str = doc("the model's name (the option's file name)")
     path: str = doc("the local Hugging Face folder training reads (`trainctl model pull NAME` writes it)")
     context_length: int = doc("the longest sequence (prompt + response) the model handles", ge=1)
+    kind: Literal["causal_lm", "reward"] = opt(
+        "causal_lm (a model to train or a judge) or reward (a classifier with one label that scores responses: "
+        "reward=model reward.model=NAME)",
+        "causal_lm",
+    )
     hf_repo: str | None = opt("Hugging Face repository (`trainctl model pull NAME --source hf`)")
     ms_repo: str | None = opt("ModelScope repository (`--source modelscope`)")
     params: float | None = opt("parameter count, for memory estimates", ge=1)
@@ -123,7 +127,65 @@ class Data:
     data_source: str | None = opt("written into each RL row: picks verl's scorer for it")
     ability: str | None = opt("written into each RL row (verl's `ability` column)")
     instruction: str | None = opt("appended to each RL prompt, so the model answers in the form the scorer reads")
-    reward_fn: str | None = opt("a custom scorer instead of the built-in one: path/to/file.py:function")
+
+
+@dataclass
+class Reward:
+    """How RL responses are scored (PPO family). One kind per run; each key names the kind it serves."""
+
+    name: str = doc("the reward option's name")
+    kind: Literal["rule", "fn", "model", "judge"] = doc(
+        "rule (verl's scorer for each row's data_source), fn (your function), model (a reward model scores each "
+        "response), judge (an LLM judge scores or ranks them)"
+    )
+    fn: str | None = opt("fn: your scorer, path/to/file.py:function (function defaults to compute_score)")
+    model: str | None = opt(
+        "model: the reward model, a model option of kind reward (`trainctl model pull NAME` puts it there) or a folder"
+    )
+    micro_batch_size: int = opt("model: sequences the reward model scores in one forward pass", 8, ge=1)
+    max_length: int | None = opt(
+        "model: tokens of prompt and response it reads, cut from the left (null: its context length)", ge=1
+    )
+    offload: bool = opt("model, on vllm/sglang: release the reward model's GPU memory between steps", True)
+    tp: int = opt("model, on vllm/sglang: GPUs that hold one copy of the reward model", 1, ge=1)
+    gpu_memory_utilization: float = opt("model, on vllm/sglang: share of a GPU its server may take", 0.5, gt=0, le=1)
+    judge: str | None = opt(
+        "judge: the judge model: the name the endpoint serves (with reward.url), else a model option or folder "
+        "the run serves itself"
+    )
+    url: str | None = opt(
+        "judge: an OpenAI-compatible endpoint's base URL, e.g. https://api.openai.com/v1 (null: the run serves "
+        "reward.judge with `transformers serve`)"
+    )
+    key_env: str | None = opt(
+        "judge: the environment variable that holds the endpoint's API key (read at run time, never saved or logged)"
+    )
+    mode: Literal["group", "single"] = opt(
+        "judge: group (rank each prompt's responses against each other, scores in [0, 1], RULER-style) or single "
+        "(score each response alone)",
+        "group",
+    )
+    template: str | None = opt(
+        "judge: a Jinja prompt template file (null: the built-in one for the mode; see trainctl/runtime/judge)"
+    )
+    rubric: str | None = opt("judge: what a good response is, shown to the judge (null: a general rubric)")
+    timeout_s: float = opt("judge: seconds one judge request may take", 120.0, gt=0)
+    retries: int = opt("judge: retries of a request that failed to connect, timed out or got a 5xx/429", 2, ge=0)
+    max_tokens: int = opt("judge: the longest answer the judge may write", 1024, ge=1)
+    temperature: float = opt("judge: sampling temperature of the judge", 0.0, ge=0)
+    concurrency: int = opt("judge: requests in flight at once", 8, ge=1)
+    json_schema: bool = opt(
+        "judge: ask for JSON that matches the scores' schema (OpenAI structured outputs; vLLM/SGLang guided decoding)",
+        True,
+    )
+    failure_score: float = opt(
+        "judge: the score of a response the judge failed on (garbage, timeout): counted, never fatal", 0.0
+    )
+    group_wait_s: float = opt(
+        "judge, group mode: how long a group waits for its last responses before it is judged without them",
+        120.0,
+        gt=0,
+    )
 
 
 @dataclass
@@ -149,6 +211,9 @@ class Hardware:
         "attention kernel (null: the model's default, flash_attention_2)"
     )
     torch_compile: bool = opt("compile the model with torch.compile", True)
+    param_dtype: Literal["bf16", "fp16", "fp32"] | None = opt(
+        "precision FSDP computes in (its mixed precision's param_dtype); null keeps verl's default, bf16"
+    )
     worker_processes: int = opt("worker processes per pool (SFT loaders; PPO reward, agent-loop, storage)", 8, ge=0)
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
@@ -172,6 +237,7 @@ class Config:
     algorithm: Algorithm
     model: Model
     data: Data
+    reward: Reward
     hardware: Hardware
     logger: Logger
     verl: dict = field(default_factory=dict)
@@ -191,18 +257,58 @@ class Config:
 
 
 # the trainctl sections, in the order a person reads them
-SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "hardware", "logger", "run", "paths")
+SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths")
 BACKEND_NODES: tuple[str, ...] = ("verl", "trl")
+
+# keys that moved: old key -> (new key, the overrides that set it; {value} is the old key's value)
+MOVED: dict[str, tuple[str, str]] = {
+    "data.reward_fn": ("reward.fn", "reward=fn reward.fn={value}"),
+    "algorithm.reward_fn": ("reward.fn", "reward=fn reward.fn={value}"),
+}
+
+
+def moved(key: str, value: Any, origin: str | None = None):
+    """The Problem for a key that moved to another section (None if it did not): what replaced it, and the fix."""
+    from trainctl.errors import Problem
+
+    if key not in MOVED:
+        return None
+    new, fix = MOVED[key]
+    where = f" (set in {origin})" if origin else ""
+    if value is None:
+        hint = f"remove {key.rsplit('.', 1)[-1]} from {origin}" if origin else f"drop {key}"
+    else:
+        hint = fix.format(value=value) + (f", and remove {key.rsplit('.', 1)[-1]} from {origin}" if origin else "")
+    return Problem(f"{key} moved to {new}{where}: one setting picks how responses are scored.", key=key, hint=hint)
 
 
 def section_class(name: str) -> type:
     """The dataclass declaring a top-level section."""
-    return typing.get_type_hints(Config)[name]
+    return type_hints(Config)[name]
+
+
+def declares(key: str) -> bool:
+    """Whether trainctl's schema declares a dotted key (`hardware.rollout_tp`, `data.source.columns.prompt_col`)."""
+    head, *rest = key.split(".")
+    if head not in SECTIONS:
+        return False
+    cls: type | None = section_class(head)
+    for part in rest:
+        if cls is None:
+            return True  # under a declared mapping field: any key
+        hints = type_hints(cls)
+        if part not in hints:
+            return False
+        cls = _dataclass_type(hints[part])
+        if cls is None and typing.get_origin(hints[part]) is None and hints[part] is not dict:
+            # a scalar field: nothing below it
+            return part == rest[-1]
+    return True
 
 
 def from_dict(cls: type, data: dict) -> Any:
     """Build a (checked) dataclass tree from plain data: nested dataclass fields become instances."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
@@ -221,3 +327,28 @@ def _dataclass_type(annotation: Any) -> type | None:
         if found is not None:
             return found
     return None
+
+
+def keys(section: str | None = None) -> list[tuple[str, str, str]]:
+    """(dotted key, type and range in words, meaning) of every declared key, in declaration order."""
+    from trainctl.config.types import class_schema, describe
+
+    out: list[tuple[str, str, str]] = []
+
+    def visit(cls: type, prefix: str) -> None:
+        schema = class_schema(cls)
+        hints = type_hints(cls)
+        for name, info in schema.fields.items():
+            key = f"{prefix}.{name}"
+            nested = _dataclass_type(hints[name])
+            if nested is not None:
+                visit(nested, key)
+                continue
+            kind = describe(info.spec)
+            if info.range is not None:
+                kind += f", {info.range.text()}"
+            out.append((key, kind, info.doc))
+
+    for name in SECTIONS if section is None else (section,):
+        visit(section_class(name), name)
+    return out

@@ -8,12 +8,13 @@ from pathlib import Path
 from trainctl import paths
 
 # The groups a user chooses from on the command line (`algorithm=grpo`), in the order `config groups` lists them.
-GROUPS = ("algorithm", "model", "data", "hardware", "logger", "recipe")
+GROUPS = ("algorithm", "model", "data", "reward", "hardware", "logger", "recipe")
 
 GROUP_HELP = {
     "algorithm": "what to train, and which trainer runs it",
     "model": "the model to start from",
     "data": "the dataset, and where its prepared files live",
+    "reward": "how RL responses are scored: verl's rules, your function, a reward model, an LLM judge",
     "hardware": "where it runs: devices, nodes, launcher, parallelism",
     "logger": "where metrics go",
     "recipe": "complete experiments: choose options of the groups above and set what differs",
@@ -36,13 +37,15 @@ class SearchPath:
         return [*self.user_dirs, self.builtin]
 
     def options(self, group: str) -> dict[str, Path]:
-        """Every option of a group, name -> file; a user folder's file shadows a built-in one of the same name."""
+        """Every option of a group, name -> file; a user folder's file shadows a built-in one of the same name.
+        Files whose name starts with `_` are the bases options inherit from, not options."""
         found: dict[str, Path] = {}
         for d in self.dirs:
             gdir = d / group
             if gdir.is_dir():
                 for f in sorted(gdir.glob("*.yaml")):
-                    found.setdefault(f.stem, f)
+                    if not f.name.startswith("_"):
+                        found.setdefault(f.stem, f)
         return dict(sorted(found.items()))
 
     def find(self, config_path: str) -> Path | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import inspect
 import textwrap
 import types
@@ -55,6 +56,12 @@ class Spec:
 
 ANY = Spec("any")
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", bytes: "str"}
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """A class's evaluated annotations, once per class (evaluating string annotations compiles each of them)."""
+    return typing.get_type_hints(cls)
 
 
 def qualname(cls: type) -> str:
@@ -352,6 +359,7 @@ class FieldInfo:
     range: Range | None = None
     doc: str = ""
     has_default: bool = True
+    default: Any = None  # a plain (JSON-able) default, for fixes that show a valid value; None when unknown
 
 
 @dataclass
@@ -365,7 +373,7 @@ class ClassSchema:
         return {
             "name": self.name,
             "fields": {
-                k: [f.spec.to_json(), f.range.to_json() if f.range else None, f.doc, f.has_default]
+                k: [f.spec.to_json(), f.range.to_json() if f.range else None, f.doc, f.has_default, f.default]
                 for k, f in self.fields.items()
             },
         }
@@ -375,15 +383,15 @@ class ClassSchema:
         return cls(
             data["name"],
             {
-                k: FieldInfo(Spec.from_json(s), Range.from_json(r) if r else None, doc, has_default)
-                for k, (s, r, doc, has_default) in data["fields"].items()
+                k: FieldInfo(Spec.from_json(s), Range.from_json(r) if r else None, doc, has_default, default)
+                for k, (s, r, doc, has_default, default) in data["fields"].items()
             },
         )
 
 
 def class_schema(cls: type, extra_ranges: dict[str, Range] | None = None) -> ClassSchema:
     """A dataclass's schema: each init field's Spec, its range (metadata, __post_init__, extra) and doc."""
-    hints = typing.get_type_hints(cls, include_extras=False)
+    hints = type_hints(cls)
     read = post_init_ranges(cls)
     out = ClassSchema(qualname(cls))
     for f in dataclasses.fields(cls):
@@ -393,7 +401,11 @@ def class_schema(cls: type, extra_ranges: dict[str, Range] | None = None) -> Cla
         if extra_ranges and f.name in extra_ranges:
             r = r.merge(extra_ranges[f.name]) if r else extra_ranges[f.name]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        out.fields[f.name] = FieldInfo(spec_of(hints.get(f.name, Any)), r, f.metadata.get("doc", ""), has_default)
+        default = f.default if isinstance(f.default, bool | int | float | str) else None
+        if isinstance(default, enum.Enum):
+            default = default.value
+        spec = spec_of(hints.get(f.name, Any))
+        out.fields[f.name] = FieldInfo(spec, r, f.metadata.get("doc", ""), has_default, default)
     return out
 
 
@@ -406,8 +418,11 @@ def schemas_of(root: type, extra_ranges: dict[str, dict[str, Range]] | None = No
         name = qualname(cls)
         if name in out:
             continue
-        out[name] = class_schema(cls, (extra_ranges or {}).get(cls.__name__))
-        hints = typing.get_type_hints(cls)
+        extra: dict[str, Range] = {}
+        for klass in reversed(cls.__mro__):  # ranges given for a base class hold for its subclasses
+            extra.update((extra_ranges or {}).get(klass.__name__, {}))
+        out[name] = class_schema(cls, extra)
+        hints = type_hints(cls)
         for f in dataclasses.fields(cls):
             todo.extend(_dataclasses_in(hints.get(f.name)))
     return out
@@ -476,16 +491,38 @@ def check_tree(
             if sub is not None:
                 issues += check_tree(value, sub, schemas, p, report, required)
             continue
-        if isinstance(value, str) and value == "???":
-            continue  # MISSING: verl's own "set me" marker, reported by its validation
+        if isinstance(value, str) and (value == "???" or "${" in value):
+            continue  # MISSING (verl's own "set me" marker) or an interpolation the backend resolves
+        if not report(p):
+            continue
         if not fits(value, info.spec):
-            if report(p):
-                issues.append(Issue(p, value, "type", describe(info.spec), owner=schema.name))
+            issues.append(Issue(p, value, "type", describe(info.spec), owner=schema.name))
         elif info.range is not None and value is not None and not info.range.admits(value):
-            if report(p):
-                issues.append(Issue(p, value, "range", info.range.text(), owner=schema.name))
+            issues.append(Issue(p, value, "range", info.range.text(), owner=schema.name))
     if required:
         for key, info in schema.fields.items():
             if not info.has_default and key not in tree:
                 issues.append(Issue(join(key), None, "missing", describe(info.spec), owner=schema.name))
     return issues
+
+
+def example(info: FieldInfo) -> Any:
+    """A valid value for a field, for a fix: its default, else the bound of its range, else one of its kind."""
+    default = info.default
+    if default is not None and fits(default, info.spec) and (info.range is None or info.range.admits(default)):
+        return default
+    if info.range is not None and info.range.choices:
+        return info.range.choices[0]
+    spec = info.spec
+    if spec.kind == "union":
+        spec = next((s for s in spec.of if s.kind != "none"), spec)
+    if spec.kind == "literal" and spec.values:
+        return spec.values[0]
+    if spec.kind in ("int", "float"):
+        lo = info.range.lo if info.range is not None else None
+        if lo is None:
+            return 1 if spec.kind == "int" else 0.5
+        step = 1 if spec.kind == "int" else lo or 0.1
+        value = lo + step if info.range.lo_open else lo
+        return int(value) if spec.kind == "int" else float(value)
+    return {"bool": True, "str": "TEXT", "list": [], "dict": {}}.get(spec.kind)

@@ -21,17 +21,18 @@ def folder_size(path: Path) -> int:
 
 
 def catalog(search=None) -> list[Entry]:
+    from trainctl.config.load import load
     from trainctl.config.search import SearchPath, describe
-    from trainctl.plan import parquet_rows, resolve
+    from trainctl.data.readers import parquet_rows
 
     search = search or SearchPath.default()
     out = []
     for name, file in search.options("data").items():
-        data = resolve([f"data={name}"], search).tc["data"]
-        base = Path(data["dir"]).expanduser()
+        data = load([f"data={name}"], search).cfg.data
+        base = Path(data.dir).expanduser()
         prepared = {
             fmt: {split: parquet_rows(str(base / fmt / f"{split}.parquet")) for split in ("train", "test")}
-            for fmt in data["formats"]
+            for fmt in data.formats
         }
-        out.append(Entry(name, describe(file), list(data["formats"]), prepared, folder_size(base), str(base)))
+        out.append(Entry(name, describe(file), list(data.formats), prepared, folder_size(base), str(base)))
     return out

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import read_rows
 from trainctl.data.shapes import ROLES
 from trainctl.errors import Problem
+from trainctl.facts import verl as verl_facts
 
 REQUIRED = {
     "rl": ("data_source", "prompt", "reward_model"),
@@ -69,8 +69,8 @@ def coverage_problems(sources: Counter, custom_reward: bool, path: Path) -> list
         Problem(
             f"{path}: no reward function for data_source {listed}: verl would fail with "
             '"Reward function is not implemented" once rollouts start.',
-            key="data.reward_fn",
-            hint="name your scorer: data.reward_fn=path/to/reward.py:compute_score, or write a data_source verl "
+            key="reward",
+            hint="name your scorer: reward=fn reward.fn=path/to/reward.py:compute_score, or write a data_source verl "
             "scores (e.g. trainctl data convert ... --data-source openai/gsm8k)",
         )
     ]
@@ -79,8 +79,9 @@ def coverage_problems(sources: Counter, custom_reward: bool, path: Path) -> list
 # -- the quick check, columnar ----------------------------------------------------------------------------------
 
 
-def quick_check(path: Path, fmt: str, custom_reward: bool) -> list[Problem]:
-    """Schema, reward coverage and empty ground truths from a parquet file's footer and two columns."""
+def quick_check(path: Path, fmt: str, custom_reward: bool, ground_truth: bool = True) -> list[Problem]:
+    """Schema, reward coverage and empty ground truths (unless the reward needs none) from a parquet file's footer
+    and two columns."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -95,6 +96,8 @@ def quick_check(path: Path, fmt: str, custom_reward: bool) -> list[Problem]:
     table = pq.read_table(path, columns=["data_source", "reward_model"])
     counts = pc.value_counts(table["data_source"]).to_pylist()
     problems += coverage_problems(Counter({c["values"]: c["counts"] for c in counts}), custom_reward, path)
+    if not ground_truth:
+        return problems
     rm = table["reward_model"]
     try:
         truths = pc.struct_field(rm, "ground_truth")
@@ -306,15 +309,11 @@ def full_check(
     return report
 
 
-def check_file(path: Path, overrides: list[str], search=None, progress: Callable[[int], None] | None = None) -> Report:
-    """`trainctl data check FILE [OVERRIDES]`: the file against the config that would train on it."""
-    from trainctl.checks.data import reward_fn
-    from trainctl.config.search import SearchPath
+def check_args(path: Path, overrides: list[str], search) -> list[str]:
+    """The overrides of the config a file is checked against: the user's, with the algorithm its columns are for and
+    the data option a prepared file belongs to (<data dir>/<name>/<format>/<split>.parquet) when not given."""
     from trainctl.data.readers import DataError, columns
-    from trainctl.plan import resolve
 
-    path = Path(path).expanduser()
-    search = search or SearchPath.default()
     args = list(overrides)
     cols = columns(path)
     fmt = detect_format(cols)
@@ -326,28 +325,7 @@ def check_file(path: Path, overrides: list[str], search=None, progress: Callable
             )
         args.insert(0, f"algorithm={DEFAULT_ALGORITHM[fmt]}")
     if not any(a.split("=")[0] == "data" for a in args):
-        # a prepared file (<data dir>/<name>/<format>/<split>.parquet) is checked against its own data option
         name = path.parent.parent.name
         if name in search.options("data"):
             args.insert(0, f"data={name}")
-    plan = resolve(args, search)
-    fmt = plan.tc["algorithm"]["data_format"]
-    if plan.backend.name == "verl-ppo":
-        limit_key = "data.max_prompt_length"
-        truncation_fails = plan.value("data.truncation") == "error" and not plan.value("data.filter_overlong_prompts")
-    elif plan.backend.name == "verl-sft":
-        limit_key = "data.max_length"
-        truncation_fails = plan.value("data.truncation") == "error"
-    else:
-        limit_key, truncation_fails = "max_length", False  # TRL truncates
-    custom, _, _ = reward_fn(plan)
-    return full_check(
-        path,
-        fmt,
-        plan.value(limit_key),
-        limit_key,
-        plan.tc["model"]["path"],
-        custom_reward=bool(custom),
-        truncation_fails=truncation_fails,
-        progress=progress,
-    )
+    return args

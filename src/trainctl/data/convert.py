@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainctl.facts import verl as verl_facts
 from trainctl.data.readers import DataError, Row, read_rows
 from trainctl.data.shapes import Example, Shape, Skip, detect, example, ground_truth
 from trainctl.data.writer import ParquetWriter
+from trainctl.facts import verl as verl_facts
 
 FORMATS = ("rl", "sft", "dpo")
 # rows between progress bar updates (a redraw per row would cost more than the row)
@@ -212,7 +212,7 @@ def convert(
             raise DataError(
                 "RL rows need a data_source: verl picks the reward function by it.",
                 hint=f"--data-source openai/gsm8k (or another verl scores: {known}, ...), or your own name "
-                "with a custom reward: data.reward_fn=path/to/reward.py:compute_score",
+                "with your own scorer: reward=fn reward.fn=path/to/reward.py:compute_score",
             )
     target = Target(fmt=to, data_source=data_source, ability=ability or "math", instruction=instruction, split=split)
     write_formats(examples_from(read_rows(source), shape), {to: (target, out)}, summary, limit, progress)

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainctl.data import arith
 from trainctl.data.convert import Summary, Target, examples_from, write_formats
 from trainctl.data.readers import DataError, Row
 from trainctl.data.sources import HOLDOUT, PARSERS, hub_rows, local_rows, modelscope_files
 
+if TYPE_CHECKING:
+    from trainctl.config.schema import Data
+
 SOURCES = ("hf", "modelscope")
 
 
-def data_option(name: str) -> dict:
+def data_option(name: str) -> Data:
     """The data option's resolved settings (a did-you-mean error for an unknown name)."""
-    from trainctl.plan import resolve
+    from trainctl.config.load import load
 
-    return resolve([f"data={name}"]).tc["data"]
+    return load([f"data={name}"]).cfg.data
 
 
 def _holdout(rows: Iterator[Row], keep_test: bool) -> Iterator[Row]:
@@ -51,24 +55,24 @@ def _holdout(rows: Iterator[Row], keep_test: bool) -> Iterator[Row]:
     # on the train side a short source's last row stays held: it is the test split
 
 
-def _split_rows(data: dict, split: str, from_: Path | None, source: str, limit: int | None) -> Iterator[Row] | None:
+def _split_rows(data: Data, split: str, from_: Path | None, source: str, limit: int | None) -> Iterator[Row] | None:
     """A split's rows, or None when the source has no such split."""
-    src = data.get("source") or {}
-    name = (src.get("splits") or {}).get(split, split)
+    src = data.source
+    name = getattr(src.splits, split)
     if from_ is not None:
-        return local_rows(from_, split, name)
+        return local_rows(from_, split, name or split)
     if not name:
         return None
     if source == "modelscope":
-        if not src.get("modelscope"):
-            raise DataError(f"data={data['name']} names no ModelScope dataset.", hint="--source hf, or --from PATH")
-        return local_rows(modelscope_files(src["modelscope"]), split, name)
-    if not src.get("hf"):
-        raise DataError(f"data={data['name']} names no Hugging Face dataset.", hint="pass --from PATH")
-    return hub_rows(src["hf"], src.get("hf_config"), name, limit)
+        if not src.modelscope:
+            raise DataError(f"data={data.name} names no ModelScope dataset.", hint="--source hf, or --from PATH")
+        return local_rows(modelscope_files(src.modelscope), split, name)
+    if not src.hf:
+        raise DataError(f"data={data.name} names no Hugging Face dataset.", hint="pass --from PATH")
+    return hub_rows(src.hf, src.hf_config, name, limit)
 
 
-def _rows(data: dict, split: str, from_: Path | None, source: str, limit: int | None) -> Iterator[Row]:
+def _rows(data: Data, split: str, from_: Path | None, source: str, limit: int | None) -> Iterator[Row]:
     has_test = split == "test" or _split_rows(data, "test", from_, source, limit) is not None
     rows = _split_rows(data, split, from_, source, limit) if has_test or split == "train" else None
     if split == "test" and rows is None:
@@ -89,28 +93,28 @@ def prepare(
     if source not in SOURCES:
         raise DataError(f"--source {source}: choose {' or '.join(SOURCES)}.")
     data = data_option(name)
-    target_dir = Path(out or data["dir"]).expanduser()
+    target_dir = Path(out or data.dir).expanduser()
     summary = Summary()
-    generate = (data.get("source") or {}).get("generate")
+    generate = data.source.generate
     for split in ("train", "test"):
         targets = {
             fmt: (
                 Target(
                     fmt=fmt,
-                    data_source=data.get("data_source"),
-                    ability=data.get("ability") or "math",
-                    instruction=data.get("instruction"),
+                    data_source=data.data_source,
+                    ability=data.ability or "math",
+                    instruction=data.instruction,
                     split=split,
                 ),
                 target_dir / fmt / f"{split}.parquet",
             )
-            for fmt in data["formats"]
+            for fmt in data.formats
         }
         if generate:
-            items = arith.examples(split, generate[f"{split}_rows"], generate["seed"])
+            items = arith.examples(split, getattr(generate, f"{split}_rows"), generate.seed)
         else:
-            src = data.get("source") or {}
+            src = data.source
             rows = _rows(data, split, from_, source, limit)
-            items = examples_from(rows, columns=src.get("columns"), parser=PARSERS.get(src.get("parser") or ""))
+            items = examples_from(rows, columns=src.columns, parser=PARSERS.get(src.parser or ""))
         write_formats(items, targets, summary, limit=limit, progress=progress)
     return summary

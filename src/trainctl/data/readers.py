@@ -148,3 +148,15 @@ def columns(path: Path, sample: int = 50) -> set[str]:
         if i + 1 >= sample:
             break
     return seen
+
+
+def parquet_rows(path: str | None) -> int | None:
+    """Rows in a parquet file, from its footer (no data read); None when there is no such file."""
+    if not path or not Path(path).expanduser().is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(Path(path).expanduser()).num_rows
+    except Exception:
+        return None

@@ -12,7 +12,7 @@ VERL_KWARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 EXAMPLE = "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs): ..."
 
 
-def check_reward_fn(path: str | None, name: str | None, key: str = "data.reward_fn") -> list[Problem]:
+def check_reward_fn(path: str | None, name: str | None, key: str = "reward.fn") -> list[Problem]:
     if not path:
         return []
     file = Path(path).expanduser()

@@ -180,3 +180,53 @@ SFT_OPEN_PATHS = (
     "model.override_config",
     "data.apply_chat_template_kwargs",
 )
+
+# Ranges verl 0.9.1 needs but does not assert (values outside them fail, or silently misbehave, deep inside a run),
+# by dataclass and field; a base class's entry holds for its subclasses. The checks verl's __post_init__ does make
+# are read from its source (trainctl.config.types.post_init_ranges); this table is only for what it leaves out.
+# Bounds: ge / gt / le / lt.
+RUNTIME_RANGES: dict[str, dict[str, dict[str, float]]] = {
+    # sampling: a negative temperature or a top_p outside (0, 1] breaks vLLM/SGLang sampling at the first rollout
+    "RolloutConfig": {
+        "temperature": {"ge": 0},
+        "top_p": {"gt": 0, "le": 1},
+        "gpu_memory_utilization": {"gt": 0, "le": 1},
+        "n": {"ge": 1},
+        "tensor_model_parallel_size": {"ge": 1},
+        "prompt_length": {"ge": 1},
+        "response_length": {"ge": 1},
+    },
+    "SamplingConfig": {"temperature": {"ge": 0}, "top_p": {"gt": 0, "le": 1}, "n": {"ge": 1}},
+    "OptimizerConfig": {
+        "lr": {"ge": 0},
+        "weight_decay": {"ge": 0},
+        "lr_warmup_steps_ratio": {"ge": 0, "le": 1},
+        "clip_grad": {"gt": 0},
+    },
+    "ActorConfig": {
+        "ppo_epochs": {"ge": 1},
+        "ppo_mini_batch_size": {"ge": 1},
+        "ppo_micro_batch_size_per_gpu": {"ge": 1},
+        "clip_ratio": {"ge": 0},
+        "clip_ratio_low": {"ge": 0},
+        "clip_ratio_high": {"ge": 0},
+        "kl_loss_coef": {"ge": 0},
+    },
+    "CriticConfig": {"ppo_epochs": {"ge": 1}, "ppo_mini_batch_size": {"ge": 1}, "cliprange_value": {"ge": 0}},
+    "AlgoConfig": {"gamma": {"ge": 0, "le": 1}, "lam": {"ge": 0, "le": 1}},
+    "KLControlConfig": {"kl_coef": {"ge": 0}},
+}
+
+# Keys of verl nodes that no dataclass declares (main_ppo reads them as plain config), with the ranges a run needs:
+# a zero or negative size or epoch count makes a run that trains nothing or divides by zero.
+NODE_RANGES: dict[str, dict[str, float]] = {
+    "trainer.total_epochs": {"ge": 1},
+    "trainer.nnodes": {"ge": 1},
+    "trainer.n_gpus_per_node": {"ge": 1},
+    "trainer.total_training_steps": {"ge": 1},
+    "data.train_batch_size": {"ge": 1},
+    "data.max_prompt_length": {"ge": 1},
+    "data.max_response_length": {"ge": 1},
+    "data.micro_batch_size_per_gpu": {"ge": 1},
+    "data.max_length": {"ge": 1},
+}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.launch.secrets import Redactor
+from trainctl.secrets import Redactor
 
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_SECONDS = 15.0

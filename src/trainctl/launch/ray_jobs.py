@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from trainctl.errors import TrainctlError
-from trainctl.launch.secrets import Redactor
+from trainctl.secrets import Redactor
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # how long a submission waits for a freshly started cluster's job agent

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from trainctl.launch.lock import lockfile
-from trainctl.launch.secrets import Redactor
 from trainctl.paths import atomic_write_text
+from trainctl.secrets import Redactor
 
 if TYPE_CHECKING:
     from trainctl.backends.base import Command
@@ -81,20 +81,20 @@ class RunDir:
         (self.path / "metrics").mkdir(exist_ok=True)
         tree = redact.tree(plan.trainctl_tree())
         atomic_write_text(self.path / "trainctl.yaml", OmegaConf.to_yaml(OmegaConf.create(tree)))
-        backend = redact.tree(OmegaConf.to_container(plan.cfg, resolve=True))
+        backend = redact.tree(OmegaConf.to_container(plan.backend_cfg, resolve=True))
         atomic_write_text(self.path / plan.backend.config_file, OmegaConf.to_yaml(OmegaConf.create(backend)))
         folders = [*plan.comp.search.user_dirs, Path.cwd()]
         atomic_write_text(self.path / "lock.json", json.dumps(lockfile(folders), indent=2) + "\n")
         previous = self.status() if self.exists() else {}
         self._save_status(
             {
-                "name": plan.tc["run"]["name"],
-                "algorithm": plan.tc["algorithm"]["name"],
-                "family": plan.comp.family,
+                "name": plan.cfg.run.name,
+                "algorithm": plan.cfg.algorithm.name,
+                "family": plan.cfg.family,
                 "backend": plan.backend.name,
                 "config_file": plan.backend.config_file,
-                "model": plan.tc["model"]["name"],
-                "data": plan.tc["data"]["name"],
+                "model": plan.cfg.model.name,
+                "data": plan.cfg.data.name,
                 "args": [redact.text(a) for a in args],
                 "created": previous.get("created", _now()),
                 "state": "created",

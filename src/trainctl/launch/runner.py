@@ -6,6 +6,7 @@ starts (preflight); the trainer's own failures come back with its exit code and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -56,36 +57,39 @@ class RunResult:
 def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     """The environment a run adds for its trainer (on top of the user's): platform, loggers, paths."""
     run = plan.run_dir
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
-    hw = plan.tc["hardware"]
-    if hw["device"] == "cpu" and plan.backend.node == "verl":
+    # TRAINCTL_LAUNCHED: trainctl's verl plugin acts only in processes trainctl started (runtime/verl_cpu_plugin.py)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1", "TRAINCTL_LAUNCHED": "1"}
+    hw = plan.cfg.hardware
+    if hw.device == "cpu" and plan.backend.node == "verl":
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
+    if plan.cfg.family == "ppo":
+        env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)
     # every logger writes inside the run folder: the trainers' defaults are relative to the working directory
     # (verl: tensorboard_log/, TRL: checkpoints/runs/, MLflow: ./mlruns or /tmp/mlruns.db)
-    backends = plan.tc["logger"]["backends"]
+    backends = plan.cfg.logger.backends
     if "tensorboard" in backends:
         env["TENSORBOARD_DIR"] = str(run / "tensorboard")  # verl
         env["TENSORBOARD_LOGGING_DIR"] = str(run / "tensorboard")  # transformers' TensorBoardCallback (TRL)
     if "wandb" in backends:
         env["WANDB_DIR"] = str(run)
-        env.setdefault("WANDB_PROJECT", str(plan.tc["run"]["project"]))
+        env.setdefault("WANDB_PROJECT", str(plan.cfg.run.project))
     if "mlflow" in backends:
-        env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.tc["run"]["project"]))
+        env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.cfg.run.project))
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run / 'mlflow.db'}"
-    if plan.backend.node == "trl" and hw["launcher"] != "local":
+    if plan.backend.node == "trl" and hw.launcher != "local":
         # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
-        env["TRAINCTL_HARDWARE"] = json.dumps({k: hw[k] for k in ("nnodes", "gpus_per_node", "device")})
+        env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
     return env
 
 
 def full_command(plan: Plan, attempt: int | None = None) -> Command:
-    cmd = plan.command()
-    cmd.env = {**launch_env(plan, attempt), **cmd.env}
-    return cmd
+    """The plan's command (built once, with the plan) with the run's environment added."""
+    cmd = plan.command
+    return dataclasses.replace(cmd, argv=list(cmd.argv), env={**launch_env(plan, attempt), **cmd.env})
 
 
 # -- preflight ----------------------------------------------------------------------------------------------------
@@ -94,21 +98,21 @@ def full_command(plan: Plan, attempt: int | None = None) -> Command:
 def preflight(plan: Plan) -> None:
     """What only a real launch needs from this machine: devices, launch tools, rollout engines."""
     problems: list[Problem] = []
-    hw = plan.tc["hardware"]
-    if hw["launcher"] == "local" and hw["device"] == "cuda":
+    hw = plan.cfg.hardware
+    if hw.launcher == "local" and hw.device == "cuda":
         import torch
 
         have = torch.cuda.device_count()
-        if have < hw["gpus_per_node"]:
+        if have < hw.gpus_per_node:
             problems.append(
                 Problem(
-                    f"hardware={hw['name']} needs {hw['gpus_per_node']} GPUs on this machine; it has {have}.",
+                    f"hardware={hw.name} needs {hw.gpus_per_node} GPUs on this machine; it has {have}.",
                     key="hardware",
                     hint="run on a machine with them, choose hardware=cpu, or submit to a cluster "
                     "(hardware.launcher=ray_job hardware.ray_address=http://HEAD:8265)",
                 )
             )
-        engine = plan.value("actor_rollout_ref.rollout.name") if plan.comp.family == "ppo" else None
+        engine = plan.value("actor_rollout_ref.rollout.name") if plan.cfg.family == "ppo" else None
         if engine in ("vllm", "sglang"):
             import importlib.util
 
@@ -120,8 +124,8 @@ def preflight(plan: Plan) -> None:
                         hint="pip install 'trainctl[gpu]' (vLLM; GPU machines only)",
                     )
                 )
-    launcher = plan.command().argv[0]
-    if hw["launcher"] == "local" and not (Path(launcher).is_file() or shutil.which(launcher)):
+    launcher = plan.command.argv[0]
+    if hw.launcher == "local" and not (Path(launcher).is_file() or shutil.which(launcher)):
         problems.append(Problem(f"{launcher} is not there.", hint="install torch in this environment (make install)"))
     if problems:
         raise ConfigProblems(problems)
@@ -155,7 +159,7 @@ def sft_steps_per_epoch(plan: Plan) -> int | None:
 def expected_steps(plan: Plan) -> int | None:
     """The optimizer steps the run will take, as the trainer counts them (the live view's total; the trainer's own
     "Total steps: N" line, where it prints one, corrects it). None when the data's size is unknown."""
-    family = plan.comp.family
+    family = plan.cfg.algorithm.family
     if family == "sft":
         per_epoch = sft_steps_per_epoch(plan)
         limit = plan.value("trainer.total_training_steps")
@@ -176,8 +180,7 @@ def expected_steps(plan: Plan) -> int | None:
             return plan.value("max_steps")
         if rows is None:
             return None
-        hw = plan.tc["hardware"]
-        world = hw["nnodes"] * hw["gpus_per_node"]
+        world = plan.cfg.hardware.nnodes * plan.cfg.hardware.gpus_per_node
         batches = math.ceil(rows / (plan.value("per_device_train_batch_size") * world))
         per_epoch = math.ceil(batches / (plan.value("gradient_accumulation_steps") or 1))
         return math.ceil(per_epoch * plan.value("num_train_epochs"))
@@ -223,7 +226,7 @@ def config_changes(plan: Plan, saved: Path) -> list[str]:
     if not saved.is_file():
         return []
     before = dict(flatten(OmegaConf.to_container(OmegaConf.load(saved), resolve=True)))
-    after = dict(flatten(OmegaConf.to_container(plan.cfg, resolve=True)))
+    after = dict(flatten(OmegaConf.to_container(plan.backend_cfg, resolve=True)))
     keys = sorted(set(before) | set(after))
     return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
 
@@ -263,14 +266,14 @@ def launch(
         raise TrainctlError(
             f"{relative(run.path)} already holds a run (state: {state}).",
             hint=f"resume it: trainctl train --resume {relative(run.path)}; or start another: "
-            f"run.name={plan.tc['run']['name']}-2",
+            f"run.name={plan.cfg.run.name}-2",
         )
     preflight(plan)
     if resume:
         changes = config_changes(plan, run.path / plan.backend.config_file)
         if changes:
             note("resuming with a config that differs from the saved one: " + "; ".join(changes[:8]))
-    if resume and plan.comp.family == "sft":
+    if resume and plan.cfg.family == "sft":
         text, finished = prepare_sft_resume(plan)
         if text:
             note(text)
@@ -283,10 +286,10 @@ def launch(
     if resume and plan.backend.name == "trl-dpo":
         command.argv.append("--resume")
     run.write_command(plan, command, args)
-    hw = plan.tc["hardware"]
+    hw = plan.cfg.hardware
     env = {**os.environ, **command.env}
 
-    if hw["launcher"] == "ray_job":
+    if hw.launcher == "ray_job":
         return _launch_job(plan, run, command, env, detach, echo, notes, on_attempt)
 
     attempt = run.start_attempt(command, steps_total=_expected_steps(plan))
@@ -315,18 +318,16 @@ def _launch_job(
     import time
 
     start = time.monotonic()
-    from trainctl.launch.secrets import secret_env
+    from trainctl.secrets import secret_env
 
     config_file = plan.backend.config_file
     # the job's working dir holds the backend config; the shell expands $(pwd) there (Hydra wants an absolute path)
-    job_command = plan.backend.command(plan, config_dir=JOB_CONFIG_DIR)
+    job_command = plan.backend.command(plan.cfg, plan.built, config_dir=JOB_CONFIG_DIR)
     entrypoint = shlex.join(job_command.argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
     job_env = {**command.env, **secret_env(env)}
     job_env.pop("RAY_ADDRESS", None)
-    address = str(plan.tc["hardware"]["ray_address"])
-    job_id = ray_jobs.submit(
-        address, entrypoint, {config_file: run.path / config_file}, job_env, plan.tc["run"]["name"]
-    )
+    address = str(plan.cfg.hardware.ray_address)
+    job_id = ray_jobs.submit(address, entrypoint, {config_file: run.path / config_file}, job_env, plan.cfg.run.name)
     attempt = run.start_attempt(command, job_id=job_id, address=address, steps_total=_expected_steps(plan))
     if detach:
         run.update_attempt(state="submitted")

@@ -11,9 +11,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainctl.errors import TrainctlError
 from trainctl.paths import atomic_write_text
+
+if TYPE_CHECKING:
+    from trainctl.config.schema import Model
 
 # written into every model folder trainctl makes (pulled, or built by `model init`)
 MANIFEST = "trainctl-model.json"
@@ -32,7 +36,7 @@ class ModelRef:
     path: Path
     hf_repo: str | None = None
     ms_repo: str | None = None
-    option: dict | None = None  # the resolved model option, when the name is one
+    option: Model | None = None  # the resolved model option, when the name is one
 
     @property
     def label(self) -> str:
@@ -52,17 +56,17 @@ class OnDisk:
 
 
 def models_dir() -> Path:
-    from trainctl.plan import resolve
+    from trainctl.config.load import load
 
-    return Path(resolve([]).tc["paths"]["models"]).expanduser()
+    return Path(load([]).cfg.paths.models).expanduser()
 
 
-def _options() -> dict[str, dict]:
+def _options() -> dict[str, Model]:
+    from trainctl.config.load import load
     from trainctl.config.search import SearchPath
-    from trainctl.plan import resolve
 
     search = SearchPath.default()
-    return {name: resolve([f"model={name}"], search).tc["model"] for name in search.options("model")}
+    return {name: load([f"model={name}"], search).cfg.model for name in search.options("model")}
 
 
 def folder_name(repo_id: str) -> str:
@@ -71,26 +75,18 @@ def folder_name(repo_id: str) -> str:
 
 def resolve_ref(name: str, out: Path | None = None) -> ModelRef:
     """A group option name, a repository id (org/name), or a local folder."""
-    from trainctl.plan import resolve
+    from trainctl.config.load import load
 
     if "/" not in name and not Path(name).expanduser().is_dir():
-        model = resolve([f"model={name}"]).tc["model"]  # an unknown name: did-you-mean from the group
-        return ModelRef(
-            name,
-            Path(out or model["path"]).expanduser(),
-            model.get("hf_repo"),
-            model.get("ms_repo"),
-            model,
-        )
+        model = load([f"model={name}"]).cfg.model  # an unknown name: did-you-mean from the group
+        return ModelRef(name, Path(out or model.path).expanduser(), model.hf_repo, model.ms_repo, model)
     local = Path(name).expanduser()
     if local.is_dir() and (local / "config.json").is_file():
         manifest = read_manifest(local)
         return ModelRef(str(local), local, manifest.get("hf_repo"), manifest.get("ms_repo"))
     for option, model in _options().items():
-        if name in (model.get("hf_repo"), model.get("ms_repo")):
-            return ModelRef(
-                option, Path(out or model["path"]).expanduser(), model.get("hf_repo"), model.get("ms_repo"), model
-            )
+        if name in (model.hf_repo, model.ms_repo):
+            return ModelRef(option, Path(out or model.path).expanduser(), model.hf_repo, model.ms_repo, model)
     if name.count("/") != 1 or not all(name.split("/")):
         raise ModelError(
             f"{name!r} is neither a model option, a repository id (org/name) nor a model folder.",
@@ -153,6 +149,7 @@ class Listed:
     name: str
     repo: str | None
     disk: OnDisk
+    kind: str = "causal_lm"  # or reward (a model option's kind; a folder's config.json architecture)
 
 
 def catalog() -> list[Listed]:
@@ -160,13 +157,24 @@ def catalog() -> list[Listed]:
     out = []
     claimed = set()
     for name, model in _options().items():
-        path = Path(model["path"]).expanduser()
+        path = Path(model.path).expanduser()
         claimed.add(path.resolve())
-        out.append(Listed(name, model.get("hf_repo") or model.get("ms_repo"), on_disk(path)))
+        out.append(Listed(name, model.hf_repo or model.ms_repo, on_disk(path), model.kind))
     base = models_dir()
     if base.is_dir():
         for d in sorted(base.iterdir()):
             if d.is_dir() and not d.name.startswith(".") and d.resolve() not in claimed:
                 manifest = read_manifest(d)
-                out.append(Listed(d.name, manifest.get("repo"), on_disk(d)))
+                out.append(Listed(d.name, manifest.get("repo"), on_disk(d), folder_kind(d)))
     return out
+
+
+def folder_kind(path: Path) -> str:
+    """reward for a sequence classifier with one label (config.json), else causal_lm."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return "causal_lm"
+    arch = (config.get("architectures") or [""])[0]
+    labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    return "reward" if arch.endswith("ForSequenceClassification") and labels == 1 else "causal_lm"

@@ -8,8 +8,12 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainctl.models.catalog import ModelError, folder_size, on_disk, resolve_ref
+
+if TYPE_CHECKING:
+    from trainctl.config.schema import Model
 
 # bytes per element of each safetensors dtype
 DTYPE_BYTES = {
@@ -109,6 +113,11 @@ def _chat_template(folder: Path) -> bool:
         return False
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether a model folder's tokenizer carries a chat template."""
+    return _chat_template(folder)
+
+
 def from_folder(name: str, folder: Path) -> ModelInfo:
     c = _config(folder)
     heads = c.get("num_attention_heads", 1)
@@ -142,33 +151,33 @@ def from_folder(name: str, folder: Path) -> ModelInfo:
     )
 
 
-def from_option(name: str, model: dict) -> ModelInfo:
-    a = model.get("arch") or {}
-    if not a:
+def from_option(name: str, model: Model) -> ModelInfo:
+    a = model.arch
+    if a is None:
         raise ModelError(
             f"{name} is not pulled, and its option declares no arch: nothing to read its shape from.",
             hint=f"trainctl model pull {name}",
         )
     arch = {
-        "hidden_size": a["hidden_size"],
-        "layers": a["layers"],
-        "heads": a["heads"],
-        "kv_heads": a.get("kv_heads") or a["heads"],
-        "intermediate_size": a["intermediate_size"],
-        "vocab_size": a["vocab_size"],
-        "tie_embeddings": bool(a.get("tie_embeddings")),
+        "hidden_size": a.hidden_size,
+        "layers": a.layers,
+        "heads": a.heads,
+        "kv_heads": a.kv_heads or a.heads,
+        "intermediate_size": a.intermediate_size,
+        "vocab_size": a.vocab_size,
+        "tie_embeddings": bool(a.tie_embeddings),
     }
-    params = model.get("params")
+    params = model.params
     how = "from the model option (conf/model/)" if params else "computed from the model option's arch"
     return ModelInfo(
         name=name,
-        path=Path(model["path"]).expanduser(),
+        path=Path(model.path).expanduser(),
         on_disk=False,
-        architecture=a.get("type", "?"),
+        architecture=a.type,
         params=int(params or params_from_arch(arch)),
         params_how=how,
         dtype=None,
-        context_length=model.get("context_length"),
+        context_length=model.context_length,
         chat_template=None,
         **arch,
     )

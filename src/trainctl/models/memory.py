@@ -29,9 +29,14 @@ shared by its training processes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from trainctl.models.info import ModelInfo
+
+if TYPE_CHECKING:
+    from trainctl.config.schema import Config
 
 GiB = 2**30
 OVERHEAD = 2 * GiB
@@ -220,20 +225,18 @@ def estimate(info: ModelInfo, s: Setup) -> Estimate:
     return Estimate(s, train, rollout, problems)
 
 
-def setup_from_plan(plan) -> Setup:
+def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
+    """The settings that decide a run's memory: trainctl's config, and `value(path, default)` of its backend config."""
     import psutil
 
-    tc = plan.tc
-    hw = tc["hardware"]
-    family = tc["algorithm"]["family"]
-    world = hw["nnodes"] * hw["gpus_per_node"]
-    device = hw["device"]
-    budget = hw.get("gpu_memory_gb")
-    budget = (
-        budget * GiB if budget else (psutil.virtual_memory().total / hw["gpus_per_node"] if device == "cpu" else None)
-    )
-    v = plan.value
-    common = dict(world=world, gpus_per_node=hw["gpus_per_node"], device=device, budget=budget)
+    hw = cfg.hardware
+    family = cfg.algorithm.family
+    world = hw.nnodes * hw.gpus_per_node
+    device = hw.device
+    budget = hw.gpu_memory_gb
+    budget = budget * GiB if budget else (psutil.virtual_memory().total / hw.gpus_per_node if device == "cpu" else None)
+    v = value
+    common = dict(world=world, gpus_per_node=hw.gpus_per_node, device=device, budget=budget)
     if family == "ppo":
         AR = "actor_rollout_ref"
         adv = v("algorithm.adv_estimator")

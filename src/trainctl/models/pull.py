@@ -24,6 +24,7 @@ from pathlib import Path
 
 from trainctl.models.catalog import MANIFEST, ModelError, ModelRef, read_manifest, resolve_ref, write_manifest
 from trainctl.models.download import SizeMismatch
+from trainctl.models.tiny import BUILT
 
 SOURCES = ("auto", "hf", "modelscope")
 # the disk (or a quota, or a file size limit) is full: keep what was downloaded, say how to resume
@@ -135,7 +136,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _redact(text: str) -> str:
-    from trainctl.launch.secrets import Redactor
+    from trainctl.secrets import Redactor
 
     return Redactor().text(text)
 
@@ -339,7 +340,7 @@ def choose_source(ref: ModelRef, source: str) -> tuple[HuggingFace | ModelScope,
     if not ref.hf_repo and not ref.ms_repo:
         raise ModelError(
             f"{ref.name} is on no hub: it is built locally.",
-            hint=f"trainctl model init {ref.name}" if ref.name == "tiny" else "set hf_repo or ms_repo in its option",
+            hint=f"trainctl model init {ref.name}" if ref.name in BUILT else "set hf_repo or ms_repo in its option",
         )
     if source == "hf" or (source == "auto" and ref.hf_repo):
         hub = HuggingFace()

@@ -4,8 +4,9 @@ verl's rollouts are servers (vLLM, SGLang, TensorRT-LLM) that its agent loop cal
 the same contract with a transformers model inside a Ray actor:
   - HFReplica (registered with RolloutReplicaRegistry as "hf") starts one HFRolloutServer actor per replica;
   - HFRolloutServer.generate(prompt_ids, sampling_params, request_id) samples a response with the current weights
-    (temperature, top-k, top-p, n via the agent loop, max tokens, stop at EOS) and returns verl's TokenOutput with
-    the log-probability of every sampled token;
+    (temperature, top-k, top-p, repetition penalty, n via the agent loop, max tokens, stop at EOS, stop token ids,
+    stop strings) and returns verl's TokenOutput with the log-probability of every sampled token; requests that
+    arrive together are sampled as one batch (trainctl.runtime.sampler), new ones joining a running batch;
   - HFServerAdapter (the worker-side BaseRollout, in verl's _ROLLOUT_REGISTRY as ("hf", "async")) receives the
     actor's weights after every policy update (verl's `naive` checkpoint engine) and ships them to its server.
 Sleep, wake-up and KV-cache calls are no-ops: there is no accelerator memory to give back.
@@ -17,11 +18,14 @@ import asyncio
 import functools
 import logging
 import os
+import threading
 import time
 from typing import Any
 
 import ray
 import torch
+
+from trainctl.runtime.sampler import BatchSampler, Completion, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -32,58 +36,12 @@ def server_name(replica_rank: int) -> str:
     return f"{NAME}_server_{replica_rank}_0"
 
 
-def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    if top_k and top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[..., -1, None]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and 0 < top_p < 1:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) > top_p  # keep the smallest set reaching top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return logits
-
-
-def sample(
-    model,
-    prompt_ids: list[int],
-    max_tokens: int,
-    eos_ids: set[int],
-    temperature: float = 1.0,
-    top_k: int = -1,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> tuple[list[int], list[float], str]:
-    """Sample one response token by token with a KV cache. Log-probs are of the raw logits (vLLM's default
-    `raw_logprobs`): what the policy assigns to each sampled token, before temperature and filtering."""
-    ids = torch.tensor([prompt_ids], dtype=torch.long)
-    out_ids: list[int] = []
-    logps: list[float] = []
-    past = None
-    stop = "length"
-    with torch.inference_mode():
-        for _ in range(max_tokens):
-            out = model(input_ids=ids, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[0, -1].float()
-            raw = torch.log_softmax(logits, -1)
-            if temperature is None or temperature <= 0:
-                token = int(torch.argmax(logits))
-            else:
-                probs = _filter_logits(logits / temperature, top_k, top_p).softmax(-1)
-                token = int(torch.multinomial(probs, 1, generator=generator))
-            out_ids.append(token)
-            logps.append(float(raw[token]))
-            if token in eos_ids:
-                stop = "completed"
-                break
-            ids = torch.tensor([[token]], dtype=torch.long)
-    return out_ids, logps, stop
-
-
 class HFRolloutServer:
-    """A Ray actor holding a transformers copy of the policy; verl's agent loop calls `generate` on it."""
+    """A Ray actor holding a transformers copy of the policy; verl's agent loop calls `generate` on it.
+
+    Requests arrive concurrently (verl's agent-loop workers await many `generate` calls at once; the actor runs
+    them as coroutines on one event loop). Each is queued; one scheduler task runs the batch sampler step by step
+    in a worker thread, and between steps the requests that came in meanwhile join the batch."""
 
     def __init__(self, config, model_config, replica_rank: int = 0):
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -110,9 +68,23 @@ class HFRolloutServer:
         self.eos_ids = {e for e in eos if e is not None}
         self.global_steps: int | None = None
         self.weight_version = 0
-        self.lock = asyncio.Lock()
         seed = int(getattr(config, "seed", 0) or 0)
         self.generator = torch.Generator().manual_seed(seed + 1000 * replica_rank)
+        # vLLM's batch limits, which verl's rollout config carries: sequences per batch, tokens per prefill pass
+        self.sampler = BatchSampler(
+            self.model,
+            self.eos_ids,
+            generator=self.generator,
+            tokenizer=tok,
+            max_batch_size=getattr(config, "max_num_seqs", None) or 256,
+            max_prefill_tokens=getattr(config, "max_num_batched_tokens", None) or 8192,
+            pad_id=tok.pad_token_id or 0,
+        )
+        # the model is used by the sampler's thread and replaced by update_weights: never both at once
+        self._model_lock = threading.Lock()
+        self._incoming: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._scheduler: asyncio.Task | None = None
         self.tokens_generated = 0
         self.seconds = 0.0
 
@@ -140,29 +112,65 @@ class HFRolloutServer:
             raise NotImplementedError("trainctl's hf rollout is text-only")
         params = dict(sampling_params)
         prompt_ids = [int(t) for t in prompt_ids]
+        if not prompt_ids:  # refused here, not inside the batch, where it would fail the other requests too
+            raise ValueError(f"hf rollout: request {request_id} has an empty prompt")
         max_tokens = self._max_tokens(len(prompt_ids), params)
-        async with self.lock:  # one request at a time: each uses every thread this actor has
-            start = time.perf_counter()
-            ids, logps, _ = await asyncio.to_thread(
-                sample,
-                self.model,
-                prompt_ids,
-                max_tokens,
-                self.eos_ids,
-                float(params.get("temperature", 1.0)),
-                int(params.get("top_k", -1) or -1),
-                float(params.get("top_p", 1.0)),
-                self.generator,
-            )
-            self.seconds += time.perf_counter() - start
-            self.tokens_generated += len(ids)
+        want_log_probs = params.pop("logprobs", None) not in (None, False)
+        request = SamplingParams.from_request(params, max_tokens)
+        done = asyncio.get_running_loop().create_future()
+        self._incoming.append((prompt_ids, request, done))
+        if self._scheduler is None:
+            self._scheduler = asyncio.create_task(self._schedule())
+        completion: Completion = await done
         extra = {"global_steps": self.global_steps} if self.global_steps is not None else {}
         return TokenOutput(
-            token_ids=ids,
-            log_probs=logps if params.get("logprobs") else None,
-            stop_reason="completed",  # verl tells finished ("completed") from "aborted"; a length stop is finished
+            token_ids=completion.token_ids,
+            log_probs=completion.log_probs if want_log_probs else None,
+            # verl tells finished ("completed") from "aborted"; vLLM's stop and length stops are both finished
+            stop_reason="completed",
             extra_fields=extra,
         )
+
+    async def _schedule(self) -> None:
+        """Run the batch while it has work; requests that arrived during a step join before the next one."""
+        started, tokens, steps, requests = time.perf_counter(), self.tokens_generated, self.sampler.steps, 0
+        try:
+            while self._incoming or self.sampler.busy:
+                requests += len(self._incoming)
+                for prompt_ids, request, done in self._incoming:
+                    self._waiters[self.sampler.add(prompt_ids, request)] = done
+                self._incoming.clear()
+                start = time.perf_counter()
+                finished = await asyncio.to_thread(self._step)
+                self.seconds += time.perf_counter() - start
+                for key, completion in finished:
+                    self.tokens_generated += len(completion.token_ids)
+                    done = self._waiters.pop(key)
+                    if not done.done():  # its caller may have been cancelled
+                        done.set_result(completion)
+        except BaseException as err:  # a failed step fails every request in it, not the server
+            for done in [*self._waiters.values(), *(d for _, _, d in self._incoming)]:
+                if not done.done():
+                    done.set_exception(err)
+            self._waiters.clear()
+            self._incoming.clear()
+            self.sampler.reset()
+            if not isinstance(err, Exception):
+                raise
+        finally:
+            self._scheduler = None
+            logger.debug(
+                "hf rollout: %d requests, %d tokens in %.3fs (%d decode steps, up to %d requests at once)",
+                requests,
+                self.tokens_generated - tokens,
+                time.perf_counter() - started,
+                self.sampler.steps - steps,
+                self.sampler.largest_batch,
+            )
+
+    def _step(self) -> list[tuple[Any, Completion]]:
+        with self._model_lock:
+            return self.sampler.step()
 
     def update_weights(self, state: dict[str, torch.Tensor]) -> int:
         """Load the actor's weights; returns how many tensors were taken (all of the model's, or an error)."""
@@ -173,7 +181,8 @@ class HFRolloutServer:
             raise RuntimeError(
                 f"hf rollout: weights do not match the model: unknown {unknown[:3]}, missing {missing[:3]}"
             )
-        self.model.load_state_dict(state, strict=False)
+        with self._model_lock:  # between two sampling steps
+            self.model.load_state_dict(state, strict=False)
         self.weight_version += 1
         return len(state)
 
@@ -181,7 +190,13 @@ class HFRolloutServer:
         return key == "lm_head.weight" and bool(getattr(self.model.config, "tie_word_embeddings", False))
 
     def stats(self) -> dict:
-        return {"tokens": self.tokens_generated, "seconds": self.seconds, "weight_version": self.weight_version}
+        return {
+            "tokens": self.tokens_generated,
+            "seconds": self.seconds,
+            "weight_version": self.weight_version,
+            "decode_steps": self.sampler.steps,
+            "largest_batch": self.sampler.largest_batch,
+        }
 
     # --- what verl's replica and checkpoint manager call; nothing to do without accelerator memory ---
     async def wake_up(self, *args, **kwargs):

@@ -7,7 +7,8 @@ What verl offers, and what is used:
   - RolloutReplicaRegistry.register and _ROLLOUT_REGISTRY: the `hf` rollout (trainctl.runtime.hf_rollout),
     which samples with transformers, for the PPO family;
 Where verl leaves no hook, trainctl.runtime.verl_patches (the process group's backend string, the GPU count of
-the resource pools, pinned memory for the reference model, flash-attn for the critic).
+the resource pools, pinned memory for the reference model, flash-attn for the critic, the replay buffer's 2-second
+poll).
 """
 
 from __future__ import annotations

@@ -1,11 +1,20 @@
 """trainctl's verl plugin (entry point group `verl.plugins`): lets verl 0.9.1 train without a GPU.
 
 verl loads every `verl.plugins` entry point at the end of `import verl`, in each process it starts (torchrun
-ranks, Ray workers). This module does nothing unless the process asks for the CPU platform with
-VERL_PLATFORM=cpu, which trainctl sets for hardware=cpu: on GPU machines verl is untouched.
+ranks, Ray workers). This module does nothing unless trainctl launched the process: with VERL_PLATFORM=cpu (which
+trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run trainctl launched (TRAINCTL_LAUNCHED=1)
+without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
+trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
+TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics).
 """
 
 import os
+
+if os.environ.get("TRAINCTL_REWARD_KIND"):
+    # reward metrics in the training log (trainctl.runtime.reward_metrics): GPU runs too
+    from trainctl.runtime.reward_metrics import install as _install_reward_metrics
+
+    _install_reward_metrics()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
@@ -17,3 +26,8 @@ if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
 
         print(f"trainctl: could not set up verl's CPU platform: {e}", file=sys.stderr, flush=True)
         raise
+elif os.environ.get("TRAINCTL_LAUNCHED") == "1":
+    from trainctl.runtime import verl_patches
+
+    if not verl_patches.flash_attn_installed():
+        verl_patches.apply(only=verl_patches.GPU_WITHOUT_FLASH_ATTN)

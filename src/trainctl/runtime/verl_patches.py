@@ -7,8 +7,14 @@ so a verl upgrade that changes them fails loudly instead of silently running som
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import inspect
 import logging
 import os
+import sys
 from datetime import timedelta
 
 logger = logging.getLogger(__name__)
@@ -29,9 +35,23 @@ PATCHES = {
         "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
     ),
     ("verl.utils.model", "load_valuehead_model"): (
-        "the critic is loaded with attn_implementation='flash_attention_2' hard-coded; flash-attn needs a GPU"
+        "the critic is loaded with attn_implementation='flash_attention_2' hard-coded; flash-attn needs a GPU, and "
+        "on a GPU it needs the flash-attn package (no wheel on PyPI: often not installed)"
+    ),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer.__init__"): (
+        "the replay buffer checks for finished rollouts every poll_interval=2.0 s, which no config key sets "
+        "(trainer_base._build_replay_buffer passes none); a CPU rollout of a small model takes well under that, "
+        "so every step slept up to 2 s waiting for the next poll"
     ),
 }
+
+# modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
+# import: patched when a process first imports them, not imported by every process the plugin is loaded in
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer"}
+
+# seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
+# TransferQueue metadata listing, a few milliseconds)
+CPU_POLL_INTERVAL_S = 0.05
 
 _APPLIED: dict[tuple[str, str], object] = {}
 
@@ -94,9 +114,15 @@ def _cpu_offload_policy(original):
     return CPUOffloadPolicy
 
 
+def flash_attn_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
 def _load_valuehead_model(original):
     def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-        if not _on_cpu():
+        if not _on_cpu() and flash_attn_installed():
             return original(local_path, torch_dtype, model_config, trust_remote_code)
         from transformers import AutoModelForTokenClassification
 
@@ -112,19 +138,30 @@ def _load_valuehead_model(original):
     return load_valuehead_model
 
 
+def _replay_buffer_init(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if _on_cpu() and "poll_interval" not in signature.bind(self, *args, **kwargs).arguments:
+            self.poll_interval = CPU_POLL_INTERVAL_S
+
+    return __init__
+
+
 _WRAPPERS = {
     "initialize_global_process_group": _initialize_global_process_group,
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
     "ResourcePoolManager._check_resource_available": _check_resource_available,
     "CPUOffloadPolicy": _cpu_offload_policy,
     "load_valuehead_model": _load_valuehead_model,
+    "ReplayBuffer.__init__": _replay_buffer_init,
 }
 
 
 def _resolve(module_name: str, name: str):
     """(owner, attribute) of a dotted name inside a module: a function, a class, or a class's method."""
-    import importlib
-
     owner = importlib.import_module(module_name)
     *path, attr = name.split(".")
     for p in path:
@@ -132,8 +169,12 @@ def _resolve(module_name: str, name: str):
     return owner, attr
 
 
-def apply() -> None:
-    """Apply every patch once; refuse on a verl version they were not written for."""
+# without flash-attn on a GPU, only the critic's loader needs trainctl's help
+GPU_WITHOUT_FLASH_ATTN = (("verl.utils.model", "load_valuehead_model"),)
+
+
+def apply(only: tuple[tuple[str, str], ...] | None = None) -> None:
+    """Apply every patch (or `only` these) once; refuse on a verl version they were not written for."""
     import verl
 
     if verl.__version__ != VERL_VERSION:
@@ -141,14 +182,59 @@ def apply() -> None:
             f"trainctl's CPU support patches verl {VERL_VERSION}, but verl {verl.__version__} is installed: "
             f"install verl=={VERL_VERSION}, or run on GPUs (hardware=1gpu/8gpu/...)"
         )
-    for module_name, func in PATCHES:
-        if (module_name, func) in _APPLIED:
+    wanted = tuple(only or PATCHES)
+    for module_name in dict.fromkeys(m for m, _ in wanted):
+        if module_name in ON_IMPORT and module_name not in sys.modules:
+            _install_import_hook(wanted)
+        else:
+            _patch_module(module_name, wanted)
+    logger.debug("trainctl applied %d verl patches", len(_APPLIED))
+
+
+def _patch_module(module_name: str, wanted: tuple[tuple[str, str], ...] = tuple(PATCHES)) -> None:
+    for patched_module, func in wanted:
+        if patched_module != module_name or (module_name, func) in _APPLIED:
             continue
         owner, attr = _resolve(module_name, func)
         original = getattr(owner, attr)
         setattr(owner, attr, _WRAPPERS[func](original))
         _APPLIED[(module_name, func)] = original
-    logger.debug("trainctl applied %d verl patches", len(_APPLIED))
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """A post-import hook: finds an ON_IMPORT module as Python would, and patches it right after it runs."""
+
+    def __init__(self, wanted: tuple[tuple[str, str], ...]):
+        self.wanted = wanted
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in ON_IMPORT or fullname in sys.modules:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PatchingLoader(spec.loader, self.wanted)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader, wanted: tuple[tuple[str, str], ...]):
+        self.loader, self.wanted = loader, wanted
+
+    def __getattr__(self, name):  # get_source, get_filename, ...: the real loader's
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _patch_module(module.__name__, self.wanted)
+
+
+def _install_import_hook(wanted: tuple[tuple[str, str], ...]) -> None:
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(wanted))
 
 
 def original(module_name: str, func: str):

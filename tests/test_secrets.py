@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from trainctl.launch.secrets import REDACTED, Redactor, is_secret_name
+from trainctl.secrets import REDACTED, Redactor, is_secret_name
 
 
 def test_secret_names():

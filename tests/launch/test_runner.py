@@ -1,0 +1,40 @@
+"""trainctl.launch.runner: what a launch adds to the plan's command, and what it checks first."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainctl.errors import ConfigProblems
+from trainctl.launch.runner import failure_excerpt, full_command, launch_env, preflight
+from trainctl.plan import make_plan
+
+
+def test_the_run_environment_per_backend_and_logger(tmp_path):
+    plan = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "logger=wandb"], native=False)
+    env = launch_env(plan, attempt=2)
+    assert env["VERL_PLATFORM"] == "cpu"
+    assert env["TRAINCTL_METRICS_PATH"] == str(tmp_path / "r" / "metrics" / "attempt-2.jsonl")
+    assert env["WANDB_DIR"] == str(tmp_path / "r") and env["WANDB_PROJECT"] == "trainctl"
+    gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
+    assert "VERL_PLATFORM" not in launch_env(gpu)
+    assert full_command(gpu).env["RAY_ADDRESS"] == "local"  # never a caller's cluster for a local run
+
+
+def test_failure_excerpt_ends_at_the_trainers_exception_not_torchruns():
+    lines = [
+        "step 1",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1',
+        "[rank0]: ValueError: the real reason",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "the summary",
+    ]
+    assert failure_excerpt(lines)[-1] == "[rank0]: ValueError: the real reason"
+    assert failure_excerpt(["a", "b"], keep=1) == ["b"]
+
+
+def test_preflight_refuses_gpus_this_machine_does_not_have(tiny_model, arith_data):
+    plan = make_plan(["recipe=quickstart", "hardware=8gpu", "hardware.attn_implementation=sdpa"], native=False)
+    with pytest.raises(ConfigProblems) as e:
+        preflight(plan)
+    assert "hardware=8gpu needs 8 GPUs on this machine; it has 0." in str(e.value)

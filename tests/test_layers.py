@@ -1,0 +1,62 @@
+"""Layers point down: cli over plan over backends and checks over config; data, models and ckpt use config, never
+the plan; code that runs inside trainer processes (runtime) imports none of the translation or CLI layers."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trainctl
+
+SRC = Path(trainctl.__file__).resolve().parent
+
+# package -> trainctl modules it must never import (anywhere in a module: top level, functions, TYPE_CHECKING)
+FORBIDDEN = {
+    "data": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    "models": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    "ckpt": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    "checks": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    "runtime": ("trainctl.plan", "trainctl.checks", "trainctl.cli", "trainctl.backends", "trainctl.launch"),
+    "config": ("trainctl.plan", "trainctl.checks", "trainctl.backends", "trainctl.cli", "trainctl.launch"),
+    "backends": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    "facts": ("trainctl.",),  # plain data: a leaf
+}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+            out += [f"{node.module}.{a.name}" for a in node.names]
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_layers_point_down(package):
+    bad = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        for name in _imports(path):
+            if any(
+                name == f.rstrip(".") or name.startswith(f if f.endswith(".") else f + ".") or name == f
+                for f in FORBIDDEN[package]
+            ):
+                bad.append(f"{path.relative_to(SRC.parent)} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_importing_the_model_catalog_loads_no_plan_checks_or_backend():
+    code = (
+        "import sys, trainctl.models.catalog, trainctl.data.prep, trainctl.ckpt.layout\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('trainctl.plan', 'trainctl.checks', "
+        "'trainctl.backends', 'trainctl.cli'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
