@@ -1,0 +1,168 @@
+"""The README as a tested contract: every command in its shell blocks is run, in README order, through the real CLI.
+
+Twice: in a fresh home (before the demo's set-up) and after it (the tiny model and the arith data made by the
+README's own `model init tiny` / `data prep arith`). Each command must exit 0 with no traceback. The commands are
+read from the README itself, so the test follows it when it changes; the few that cannot run here are listed below
+with the reason. Training on CPU runs for real in the `slow` variant; the default one runs each training command as a
+dry run (every check, verl's own validation included) and finds the run folders the later commands read (runs/grpo,
+runs/quickstart, ...) made by the session's real runs (tests/real_runs.py), which train the same recipes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# what cannot run on this machine (no GPU, no internet), matched against the start of a command
+CANNOT_RUN = {
+    "make demo": "its three commands are below in the tour (model init tiny, data prep arith, train recipe=quickstart)",
+    "make test": "it is the suite this test is part of",
+    "trainctl data prep gsm8k": "downloads from the Hugging Face hub or ModelScope (no internet here)",
+    "trainctl model pull": "downloads from the Hugging Face hub or ModelScope (no internet here)",
+    "trainctl model rm qwen2.5-7b": "removes a model only `model pull` could have fetched",
+    "trainctl train algorithm=grpo data=gsm8k reward=judge": "its judge is api.openai.com (no internet here)",
+    "trainctl train recipe=grpo-arith-tiny-cpu reward=judge reward.judge=qwen3-0.6b": (
+        "the run serves qwen3-0.6b, which `model pull` would download (no internet here)"
+    ),
+    "trainctl ckpt merge out/dpo-lora/checkpoint-500": "an example path: a PEFT checkpoint of the user's own",
+}
+# the training commands of the tour, on CPU: run for real in the slow variant, as dry runs otherwise
+_COMMAND = re.compile(r"^([A-Z_]+=\S*\s+)*(trainctl|make)\s")
+_TRAIN = re.compile(r"^trainctl train (?!.*--dry-run)")
+
+
+def _users_files(work: Path, home: Path) -> None:
+    """The files of the user's own that the README's examples name: a QA file to convert, a reward function, a local
+    copy of gsm8k (the columns of openai/gsm8k)."""
+    import json
+
+    rows = [
+        {"question": f"What is {a} + {b}?", "answer": f"{a} plus {b} is {a + b}.\n#### {a + b}"}
+        for a in range(9)
+        for b in range(9)
+    ]
+    (work / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "rewards").mkdir(exist_ok=True)
+    (work / "rewards" / "partial.py").write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(ground_truth in solution_str)\n"
+    )
+    mirror = home / "mirror" / "gsm8k"
+    mirror.mkdir(parents=True, exist_ok=True)
+    for split, part in (("train", rows[:60]), ("test", rows[60:])):
+        (mirror / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+
+
+def commands() -> list[str]:
+    """Every command line of the README's shell blocks, in order (continuations joined, comments and outputs
+    dropped, `a && b` split)."""
+    found, block, lines = [], False, README.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.startswith("```"):
+            block = not block and line.strip() in ("```", "```bash", "```sh", "```shell")
+            continue
+        if not block:
+            continue
+        # a command starts with make or trainctl, maybe after VAR=value words; anything else is shown output
+        if not _COMMAND.match(line):
+            continue
+        while line.rstrip().endswith("\\") and i < len(lines):
+            line = line.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+        words = shlex.split(line, comments=True)
+        for part in " ".join(shlex.quote(w) for w in words).split(" '&&' "):
+            found.append(part)
+    return found
+
+
+def cannot_run(command: str) -> str | None:
+    bare = " ".join(w for w in shlex.split(command) if not re.match(r"^[A-Z_]+=", w))
+    return next((why for start, why in CANNOT_RUN.items() if bare.startswith(start)), None)
+
+
+def test_the_readme_has_a_tour():
+    found = commands()
+    assert len(found) >= 40, found
+    assert "trainctl model init tiny" in found and "trainctl train recipe=quickstart" in found
+    # every entry of CANNOT_RUN still names a README command: the list shrinks when the README does
+    for start in CANNOT_RUN:
+        assert any(" ".join(shlex.split(c)).find(start) >= 0 for c in found), f"no README command starts {start!r}"
+
+
+# which session run stands in for a training command's run folder, by the backend its dry run names
+STAND_INS = {"verl sft_trainer": "sft_run", "verl main_ppo": "grpo_run", "TRL": "dpo_run"}
+_FOLDER = re.compile(r"^Backend: (.+?); run folder: (\S+)$", re.M)
+
+
+def _stand_in(request, result, args: list[str]) -> None:
+    """Put a session run where the dry-run training command would have made its run (with the command's arguments
+    as its saved arguments, which is what the run would have saved)."""
+    import json
+
+    backend, folder = _FOLDER.search(result.stdout).groups()
+    fixture = next(f for b, f in STAND_INS.items() if backend.startswith(b))
+    if "--resume" in args or Path(folder).exists():
+        return
+    shutil.copytree(request.getfixturevalue(fixture).path, folder, symlinks=True)
+    run_file = Path(folder) / "run.json"
+    status = json.loads(run_file.read_text())
+    run_file.write_text(json.dumps({**status, "args": [a for a in args if a != "--dry-run"]}, indent=2))
+
+
+def _run_tour(cli, monkeypatch, request=None) -> list[str]:
+    """The tour in README order; with `request`, training commands are dry runs and session runs stand in."""
+    failures = []
+    for command in commands():
+        if cannot_run(command):
+            continue
+        words = shlex.split(command)
+        env = [w for w in words if re.match(r"^[A-Z_]+=", w)]
+        args = words[len(env) + 1 :]
+        dry = request is not None and _TRAIN.match(" ".join(words[len(env) :])) is not None
+        with monkeypatch.context() as m:
+            for assignment in env:
+                m.setenv(*assignment.split("=", 1))
+            result = cli(*args, *(["--dry-run"] if dry else []))
+        if result.exit_code != 0 or "Traceback" in result.output:
+            failures.append(f"$ {shlex.join(args)}\nexit {result.exit_code}\n{result.output[-1500:]}")
+        elif dry:
+            _stand_in(request, result, args)
+    return failures
+
+
+def test_every_readme_command_works_before_and_after_the_demo_set_up(cli, tmp_path, monkeypatch, request):
+    """Once from a fresh home (the tour's own set-up commands make the model and data), then again after
+    `make demo`'s set-up, in a new working directory."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "first").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    _users_files(tmp_path / "first", tmp_path)  # HOME is tmp_path (the isolated fixture)
+    first = _run_tour(cli, monkeypatch, request)
+    assert not first, "README commands that fail in a fresh home:\n\n" + "\n\n".join(first)
+    (tmp_path / "after-demo").mkdir()
+    monkeypatch.chdir(tmp_path / "after-demo")
+    _users_files(tmp_path / "after-demo", tmp_path)
+    for setup in ("model init tiny", "data prep arith"):
+        assert cli(*setup.split()).exit_code == 0
+    again = _run_tour(cli, monkeypatch, request)
+    assert not again, "README commands that fail after the demo's set-up:\n\n" + "\n\n".join(again)
+
+
+@pytest.mark.slow
+def test_the_readme_tour_trains_for_real(cli, isolated, monkeypatch):
+    """The whole tour after the set-up, every CPU training command run as written (about 10 minutes)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    _users_files(Path.cwd(), Path.home())
+    for setup in ("model init tiny", "data prep arith"):
+        assert cli(*setup.split()).exit_code == 0
+    failures = _run_tour(cli, monkeypatch)
+    assert not failures, "README commands that fail:\n\n" + "\n\n".join(failures)
