@@ -1,0 +1,145 @@
+"""Problems worth one clear line while a run trains: non-finite losses, gradient spikes, reward collapse, steps that
+learn nothing because every sample got the same reward, running out of memory. Each comes with a hint."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+GRAD_NORMS = ("train/grad_norm", "actor/grad_norm", "critic/grad_norm")
+# a gradient norm this many times the recent median is a spike (and above this floor: tiny norms jitter)
+SPIKE_FACTOR = 10.0
+SPIKE_FLOOR = 1.0
+# the key to clip gradients with, per family
+CLIP_KEY = {"sft": "optim.clip_grad", "ppo": "actor_rollout_ref.actor.optim.clip_grad", "dpo": "max_grad_norm"}
+LR_KEY = {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr", "dpo": "learning_rate"}
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # nonfinite | grad_spike | reward_collapse | same_reward | oom
+    message: str
+    hint: str
+    step: int | None = None
+
+    def line(self) -> str:
+        return f"{self.message} Hint: {self.hint}"
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _nonfinite(key: str, value) -> bool:
+    # verl's file logger writes NaN and inf as null; TRL's callback as NaN / Infinity
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def check_step(family: str | None, step: int, history: dict[int, dict]) -> list[Alert]:
+    """Alerts raised by the metrics of `step` (history holds every step so far, this one included)."""
+    data = history.get(step, {})
+    out: list[Alert] = []
+    lr_key = LR_KEY.get(family or "", "the learning rate")
+    bad = [k for k, v in data.items() if ("loss" in k or k in GRAD_NORMS) and _nonfinite(k, v)]
+    if bad:
+        out.append(
+            Alert(
+                "nonfinite",
+                f"{bad[0]} is {_show(data[bad[0]])} at step {step}"
+                + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                + ".",
+                f"lower the learning rate ({lr_key}) and check the data for empty or overlong samples; "
+                "on GPUs prefer bf16 to fp16",
+                step,
+            )
+        )
+    for key in GRAD_NORMS:
+        value = data.get(key)
+        before = [history[s][key] for s in sorted(history) if s < step and _finite(history[s].get(key))][-20:]
+        if _finite(value) and len(before) >= 3:
+            median = statistics.median(before)
+            if value > SPIKE_FLOOR and median > 0 and value > SPIKE_FACTOR * median:
+                out.append(
+                    Alert(
+                        "grad_spike",
+                        f"{key} spiked to {value:.4g} at step {step} ({value / median:.0f}x its recent median "
+                        f"{median:.3g}).",
+                        f"lower the learning rate ({lr_key}) or clip harder ({CLIP_KEY.get(family or '', 'clip')})",
+                        step,
+                    )
+                )
+    if family == "ppo":
+        out += _rl_alerts(step, history)
+    return out
+
+
+def _rl_alerts(step: int, history: dict[int, dict]) -> list[Alert]:
+    data = history[step]
+    out = []
+    adv_max, adv_min = data.get("critic/advantages/max"), data.get("critic/advantages/min")
+    score_max, score_min = data.get("critic/score/max"), data.get("critic/score/min")
+    zero_adv = _finite(adv_max) and _finite(adv_min) and abs(adv_max) < 1e-8 and abs(adv_min) < 1e-8
+    same_score = _finite(score_max) and _finite(score_min) and score_max == score_min
+    if zero_adv or same_score:
+        value = f" ({score_max:.4g})" if _finite(score_max) and same_score else ""
+        out.append(
+            Alert(
+                "same_reward",
+                f"every sample got the same reward{value} at step {step}: the advantages are all zero, so this "
+                "step learns nothing.",
+                "a reward with partial credit (reward=fn reward.fn=FILE.py:FUNCTION), more samples per prompt "
+                "(actor_rollout_ref.rollout.n), or SFT first so the model writes the answer format",
+                step,
+            )
+        )
+    scores = [history[s]["critic/score/mean"] for s in sorted(history) if _finite(history[s].get("critic/score/mean"))]
+    if len(scores) >= 6:
+        rolling = [sum(scores[i - 2 : i + 1]) / 3 for i in range(2, len(scores))]
+        best, now = max(rolling), rolling[-1]
+        # a fall of more than half of the best level (and of a level that is not noise around zero)
+        if best > 0.05 and best - now > 0.5 * best and rolling[-2] - now > 0:
+            out.append(
+                Alert(
+                    "reward_collapse",
+                    f"the mean reward collapsed: {now:.3g} over the last 3 steps, from {best:.3g} at best.",
+                    "lower the learning rate (actor_rollout_ref.actor.optim.lr) or raise the KL penalty "
+                    "(actor_rollout_ref.actor.kl_loss_coef); resume from an earlier checkpoint with "
+                    "`trainctl ckpt ls` to pick one",
+                    step,
+                )
+            )
+    return out
+
+
+def _show(value) -> str:
+    return "NaN or inf" if value is None else repr(value)
+
+
+_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|out of memory|can't allocate memory|Cannot allocate memory"
+    r"|memory pressure \(OOM\)|oom-kill",
+    re.IGNORECASE,
+)
+_GRAD_NOT_FINITE = re.compile(r"grad_norm is not finite: (\S+)")
+
+
+def check_line(line: str) -> Alert | None:
+    """An alert from one line the trainer printed, or None."""
+    if _OOM.search(line):
+        return Alert(
+            "oom",
+            "out of memory: " + line.strip()[:160],
+            "lower hardware.micro_batch_size_per_gpu or the data's max lengths, or turn on hardware.param_offload "
+            "and hardware.optimizer_offload; `trainctl model info MODEL algorithm=... hardware=...` estimates the "
+            "memory per GPU",
+        )
+    m = _GRAD_NOT_FINITE.search(line)
+    if m:
+        return Alert(
+            "nonfinite",
+            f"the gradient norm is {m.group(1)}: the trainer skipped this update.",
+            "lower the learning rate and check the data for empty or overlong samples",
+        )
+    return None

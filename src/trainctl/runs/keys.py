@@ -1,0 +1,52 @@
+"""The few metrics that matter for each algorithm family, under the trainer's own names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KeyMetric:
+    label: str
+    names: tuple[str, ...]  # the trainer's names, first present wins
+    lower_is_better: bool | None = None  # None: neither (entropy, response length)
+
+    def pick(self, present: set[str] | dict) -> str | None:
+        return next((n for n in self.names if n in present), None)
+
+
+LOSS = KeyMetric("loss", ("train/loss",), True)
+KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
+    "sft": (
+        LOSS,
+        KeyMetric("val loss", ("val/loss",), True),
+        KeyMetric("grad norm", ("train/grad_norm",)),
+    ),
+    "dpo": (
+        LOSS,
+        KeyMetric("accuracy", ("train/rewards/accuracies",), False),
+        KeyMetric("margin", ("train/rewards/margins",), False),
+        KeyMetric("eval loss", ("eval/loss",), True),
+        KeyMetric("grad norm", ("train/grad_norm",)),
+    ),
+    "ppo": (
+        KeyMetric("reward", ("critic/score/mean",), False),
+        # the KL the algorithm controls: to the reference (a loss term or a reward penalty), else to the old policy
+        KeyMetric("KL", ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl"), True),
+        KeyMetric("entropy", ("actor/entropy",)),
+        KeyMetric("response len", ("response_length/mean",)),
+        KeyMetric("policy loss", ("actor/pg_loss",)),
+        KeyMetric("value loss", ("critic/vf_loss",), True),
+    ),
+}
+
+# the one number `runs ls` shows per run
+HEADLINE = {"sft": LOSS, "dpo": LOSS, "ppo": KEY_METRICS["ppo"][0]}
+
+
+def key_metrics(family: str | None) -> tuple[KeyMetric, ...]:
+    return KEY_METRICS.get(family or "", (LOSS,))
+
+
+def headline(family: str | None) -> KeyMetric:
+    return HEADLINE.get(family or "", LOSS)
