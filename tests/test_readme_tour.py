@@ -115,7 +115,8 @@ def _stand_in(request, result, args: list[str]) -> None:
     shutil.copytree(request.getfixturevalue(fixture).path, folder, symlinks=True)
     run_file = Path(folder) / "run.json"
     status = json.loads(run_file.read_text())
-    run_file.write_text(json.dumps({**status, "args": [a for a in args if a != "--dry-run"]}, indent=2))
+    saved = [a for a in args[1:] if a != "--dry-run"]  # the arguments after `train`, as a run saves them
+    run_file.write_text(json.dumps({**status, "args": saved}, indent=2))
 
 
 def _run_tour(cli, monkeypatch, request=None) -> list[str]:
