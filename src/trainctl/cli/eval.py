@@ -86,8 +86,11 @@ def eval_command(
 
 
 def _evaluate(p, target, progress):
+    from transformers.utils import logging as hf_logging
+
     from trainctl.eval.core import evaluate
 
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar would cut through ours
     return evaluate(p, target, progress)
 
 
