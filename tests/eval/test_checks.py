@@ -71,8 +71,8 @@ def test_a_data_source_no_reward_scores(cli, tiny_model, arith_data, tmp_path):
     write_rows(test, bad)
     result = cli("eval", "tiny", f"data.val_files={test}")
     assert result.exit_code == 1
-    assert "my/puzzles" in result.stderr
-    assert "reward" in result.stderr.lower()
+    assert "no reward function for data_source 'my/puzzles' (8 rows): nothing scores them." in result.stderr
+    assert "Hint: name your scorer: reward=fn reward.fn=" in result.stderr
 
 
 def test_fewer_samples_than_k(cli, tiny_model, arith_data):

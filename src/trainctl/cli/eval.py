@@ -76,7 +76,8 @@ def eval_command(
         with _progress(f"{target.label}") as progress:
             result = _evaluate(p, target, progress)
         typer.echo(
-            f"  {target.label}: {result.tokens} tokens in {result.seconds:.1f} s ({result.tokens_per_s:.0f} tokens/s)",
+            f"  {target.label}: {result.tokens} tokens generated in {result.seconds:.1f} s "
+            f"({result.tokens_per_s:.0f} tokens/s)",
             err=True,
         )
         results.append(result)

@@ -35,7 +35,10 @@ def generate_cpu(
     max_prefill_tokens: int = 8192,
     progress: Callable[[int, int], None] | None = None,
 ):
-    """Every prompt s.n times, sampled as one continuous batch. Returns (tokenizer, [[Generated] * n] per prompt)."""
+    """Every prompt s.n times, sampled as one continuous batch. Returns ([[Generated] * n] per prompt, seconds spent
+    generating (the model's loading not counted))."""
+    import time
+
     import torch
 
     from trainctl.runtime.sampler import SamplingParams, generate, load_policy
@@ -53,6 +56,7 @@ def generate_cpu(
         if progress is not None:
             progress(total - len(sampler.waiting) - len(sampler.rows), total)
 
+    start = time.perf_counter()
     completions = generate(
         model,
         requests,
@@ -65,8 +69,9 @@ def generate_cpu(
         pad_id=tok.pad_token_id or 0,
         on_step=on_step,
     )
+    seconds = time.perf_counter() - start
     out = [Generated(c.token_ids, c.finish_reason == "length") for c in completions]
-    return tok, [out[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
+    return [out[i * s.n : (i + 1) * s.n] for i in range(len(prompts))], seconds
 
 
 def generate_vllm(
@@ -80,7 +85,8 @@ def generate_vllm(
     max_model_len: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ):
-    """vLLM's offline engine (GPU machines only: imported here). n samples per request, the same settings."""
+    """vLLM's offline engine (GPU machines only: imported here). n samples per request, the same settings.
+    Returns what generate_cpu returns."""
     try:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
@@ -89,9 +95,8 @@ def generate_vllm(
             f"generating on {'a GPU' if tensor_parallel_size else 'this machine'} needs vLLM ({e}).",
             hint="pip install 'verl[vllm]' on the GPU machine, or generate on the CPU: hardware=cpu",
         ) from None
-    from transformers import AutoTokenizer
+    import time
 
-    tok = AutoTokenizer.from_pretrained(str(folder))
     llm = LLM(
         model=str(folder),
         tensor_parallel_size=tensor_parallel_size,
@@ -105,9 +110,11 @@ def generate_vllm(
         )
         for i, limit in enumerate(max_tokens)
     ]
+    start = time.perf_counter()
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     if progress is not None:
         progress(len(prompts) * s.n, len(prompts) * s.n)
+    seconds = time.perf_counter() - start
     result = [[Generated(list(o.token_ids), o.finish_reason == "length") for o in out.outputs] for out in outputs]
     del llm
-    return tok, result
+    return result, seconds
