@@ -130,6 +130,9 @@ def _table(p, results) -> None:
     columns = ["model", "prompts", "acc", *[f"pass@{k}" for k in ks], "reward", "resp len", "truncated", ""]
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "") else "right")
+    metric = f"{prefix}/acc"
+    best_value = next((r.metrics[metric] for r in results if r.best), None)
+    tied = sum(r.target.checkpoint is not None and r.metrics.get(metric) == best_value for r in results) > 1
     for r in results:
         m = r.metrics
         cells = [
@@ -140,7 +143,7 @@ def _table(p, results) -> None:
             f"{m[f'{prefix}/reward']:.4f}",
             f"{m[f'{prefix}/response_length']:.1f}",
             f"{m[f'{prefix}/truncated']:.0%}",
-            "<- best" if r.best else "",
+            ("<- best (tied: the earliest, as ckpt best picks)" if tied else "<- best") if r.best else "",
         ]
         table.add_row(*cells)
     console = stdout_console()
