@@ -12,6 +12,7 @@ Reported: tokens/s of each; the ratio is batched / one-at-a-time.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -19,7 +20,9 @@ from pathlib import Path
 
 from common import Row, report, reps
 
-PROMPTS, NEW_TOKENS = 64, 64
+# BENCH_EVAL_PROMPTS / BENCH_EVAL_TOKENS shrink it on a busy machine (one at a time is PROMPTS x TOKENS passes)
+PROMPTS = int(os.environ.get("BENCH_EVAL_PROMPTS", 64))
+NEW_TOKENS = int(os.environ.get("BENCH_EVAL_TOKENS", 64))
 
 
 def _setup(folder: Path):
@@ -89,6 +92,7 @@ def main() -> list[Row]:
                 t = time.perf_counter()
                 tokens = fn(*setup)
                 rates[name].append(tokens / (time.perf_counter() - t))
+                print(f"  {name}: {rates[name][-1]:.0f} tokens/s", flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     n = reps(3)
     rows = [
