@@ -23,6 +23,8 @@ FORBIDDEN = {
     "runtime": ("trainctl.plan", "trainctl.checks", "trainctl.cli", "trainctl.backends", "trainctl.launch"),
     "config": ("trainctl.plan", "trainctl.checks", "trainctl.backends", "trainctl.cli", "trainctl.launch"),
     "backends": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    # eval sits beside plan (it translates configs with plan.resolve, as training does), under the CLI
+    "eval": ("trainctl.cli", "trainctl.launch"),
     "facts": ("trainctl.",),  # plain data: a leaf
 }
 

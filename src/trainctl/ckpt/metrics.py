@@ -22,7 +22,20 @@ def read_trainer_state(path: Path) -> dict[int, dict]:
 
 
 def metrics_near(target: Path, root: Path, checkpoints: list) -> tuple[dict[int, dict], Path | None]:
-    """step -> metrics from whatever the run left beside its checkpoints, and the file they came from."""
+    """step -> metrics from whatever the run left beside its checkpoints, and the file they came from; with the
+    scores `trainctl eval` wrote into the run folder (eval/metrics.jsonl) added at their steps."""
+    metrics, source = _logged_metrics(target, root, checkpoints)
+    for d in dict.fromkeys((target, root.parent)):
+        scores = d / "eval" / "metrics.jsonl"
+        if scores.is_file():
+            for step, values in read_jsonl(scores).items():
+                metrics.setdefault(step, {}).update(values)
+            source = source or scores
+            break
+    return metrics, source
+
+
+def _logged_metrics(target: Path, root: Path, checkpoints: list) -> tuple[dict[int, dict], Path | None]:
     if list((target / "metrics").glob("attempt-*.jsonl")):
         return read_metrics(target), target / "metrics"
     for d in dict.fromkeys((target, root.parent)):

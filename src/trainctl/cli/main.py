@@ -15,6 +15,8 @@ from trainctl.cli import model as model_cmd
 from trainctl.cli import runs as runs_cmd
 from trainctl.cli.common import OVERRIDE_CONTEXT
 from trainctl.cli.doctor import doctor
+from trainctl.cli.eval import EPILOG as EVAL_EPILOG
+from trainctl.cli.eval import eval_command
 from trainctl.cli.train import EPILOG as TRAIN_EPILOG
 from trainctl.cli.train import train
 
@@ -29,6 +31,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command(context_settings=OVERRIDE_CONTEXT, epilog=TRAIN_EPILOG)(train)
+app.command("eval", context_settings=OVERRIDE_CONTEXT, epilog=EVAL_EPILOG)(eval_command)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(model_cmd.app, name="model")

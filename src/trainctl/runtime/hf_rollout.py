@@ -25,7 +25,7 @@ from typing import Any
 import ray
 import torch
 
-from trainctl.runtime.sampler import BatchSampler, Completion, SamplingParams
+from trainctl.runtime.sampler import BatchSampler, Completion, SamplingParams, load_policy
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ class HFRolloutServer:
     in a worker thread, and between steps the requests that came in meanwhile join the batch."""
 
     def __init__(self, config, model_config, replica_rank: int = 0):
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
         self.config = config
         self.replica_rank = replica_rank
         # the replica hands over the model section as verl's config holds it (a DictConfig, not HFModelConfig)
@@ -54,18 +52,7 @@ class HFRolloutServer:
         attn = (get("override_config", None) or {}).get("attn_implementation") or "sdpa"
         threads = int(os.environ.get("TRAINCTL_ROLLOUT_THREADS", "1"))
         torch.set_num_threads(max(1, threads))
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn)
-        self.model.eval()
-        tok = AutoTokenizer.from_pretrained(path)
-        eos = set()
-        try:
-            gen = GenerationConfig.from_pretrained(path)
-            eos |= set(gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id])
-        except OSError:
-            pass
-        if tok.eos_token_id is not None:
-            eos.add(tok.eos_token_id)
-        self.eos_ids = {e for e in eos if e is not None}
+        self.model, tok, self.eos_ids = load_policy(path, attn)
         self.global_steps: int | None = None
         self.weight_version = 0
         seed = int(getattr(config, "seed", 0) or 0)

@@ -357,6 +357,25 @@ def _sample_filtered(
     return order.gather(1, picked[:, None]).squeeze(1)
 
 
+def load_policy(path, attn_implementation: str = "sdpa"):
+    """(model, tokenizer, stop ids) of a causal LM folder, as the `hf` rollout serves it: fp32 (bf16 matmuls are slow
+    on CPUs without bf16 instructions), eval mode, stopping at the generation config's and the tokenizer's EOS."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    eos = set()
+    try:
+        gen = GenerationConfig.from_pretrained(path)
+        eos |= set(gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id])
+    except OSError:
+        pass
+    if tok.eos_token_id is not None:
+        eos.add(tok.eos_token_id)
+    return model, tok, {e for e in eos if e is not None}
+
+
 def generate(
     model,
     prompts: Sequence[Sequence[int]],
@@ -367,6 +386,7 @@ def generate(
     tokenizer=None,
     max_batch_size: int = 256,
     max_prefill_tokens: int = 8192,
+    pad_id: int = 0,
     on_step: Callable[[BatchSampler], None] | None = None,
 ) -> list[Completion]:
     """Sample a completion for every prompt (token ids), batched; returns them in the prompts' order.
@@ -382,6 +402,7 @@ def generate(
         tokenizer=tokenizer,
         max_batch_size=max_batch_size,
         max_prefill_tokens=max_prefill_tokens,
+        pad_id=pad_id,
     )
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
         sampler.add(prompt, p, key=i)

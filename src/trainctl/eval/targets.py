@@ -1,0 +1,141 @@
+"""What `trainctl eval MODEL` evaluates: a model option by name, a Hugging Face folder, a run folder (its latest or
+every checkpoint) or one checkpoint; and the model folder each one is loaded from.
+
+Checkpoints are read through trainctl.ckpt: a full Hugging Face model is loaded where it is; verl's FSDP shards and
+LoRA adapters are merged (verified, as `trainctl ckpt merge` does) into trainctl's cache once and reused, so the
+checkpoint itself is never written to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainctl.ckpt.layout import Checkpoint, list_checkpoints, read_checkpoint
+from trainctl.errors import TrainctlError, UsageError
+from trainctl.paths import cache_dir
+
+
+@dataclass
+class Target:
+    """One model to score: one row of the table."""
+
+    label: str  # "base", "step 20", the model's name
+    step: int | None  # the step its metrics are logged at (0 for the model a run started from)
+    checkpoint: Checkpoint | None = None  # None: a plain model folder
+    folder: Path | None = None  # a Hugging Face folder to load as it is (else the checkpoint is merged)
+
+    @property
+    def source(self) -> Path:
+        return self.folder if self.folder is not None else self.checkpoint.path
+
+
+@dataclass
+class Resolved:
+    kind: str  # name | folder | run | checkpoint
+    targets: list[Target]
+    args: list[str] = field(default_factory=list)  # config overrides the model implies (model=NAME, a run's args)
+    run_dir: Path | None = None
+    name: str = ""  # for the default output folder
+
+
+def _run_args(run_dir: Path) -> list[str]:
+    """The overrides the run was launched with (as `train --resume` reuses them), from its run.json."""
+    status = run_dir / "run.json"
+    if not status.is_file():
+        return []
+    try:
+        return [str(a) for a in json.loads(status.read_text()).get("args", [])]
+    except (ValueError, AttributeError) as e:
+        raise TrainctlError(f"{status} is not valid JSON ({e}).", hint=f"cat {status}") from None
+
+
+def _run_of(path: Path) -> Path | None:
+    """The run folder a checkpoint (or checkpoints folder) sits in: runs/<name>/checkpoints/global_step_N."""
+    for parent in [path, *path.parents][:3]:
+        if (parent / "run.json").is_file():
+            return parent
+    return None
+
+
+def _step_label(c: Checkpoint) -> str:
+    return f"step {c.step}" if c.step is not None else c.path.name
+
+
+def resolve(model: str, each_checkpoint: bool, model_options: dict[str, Path]) -> Resolved:
+    """What MODEL means. Raises with a hint when it is nothing trainctl can load."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return _resolve_path(path.resolve(), each_checkpoint)
+    if model in model_options:
+        if each_checkpoint:
+            raise UsageError(
+                f"--each-checkpoint needs a run or checkpoints folder; {model} is a model option.",
+                hint=f"trainctl eval runs/<name> --each-checkpoint, or trainctl eval {model}",
+            )
+        return Resolved("name", [Target(model, 0)], [f"model={model}"], name=model)
+    from trainctl.suggest import closest
+
+    guess = closest(model, model_options, cutoff=0.5)
+    looks_like_path = "/" in model or model.startswith((".", "~"))
+    raise TrainctlError(
+        f"no model, run or checkpoint {model!r}: "
+        + (f"{path} does not exist." if looks_like_path else "not a folder here, and not a model option."),
+        details=[f"model options: {', '.join(list(model_options)[:12])}"] if not looks_like_path else [],
+        hint=(
+            f"trainctl eval {guess[0]}"
+            if guess
+            else "trainctl eval runs/<name> (see: ls runs), or a model from `trainctl model ls`"
+        ),
+    )
+
+
+def _resolve_path(path: Path, each_checkpoint: bool) -> Resolved:
+    run_dir = _run_of(path)
+    args = _run_args(run_dir) if run_dir else []
+    name = (run_dir or path).name
+    if path.is_file():
+        raise TrainctlError(f"{path} is a file; eval takes a folder.", hint=f"trainctl eval {path.parent}")
+    listing = list_checkpoints(path)  # raises for a run without checkpoints
+    many = len(listing.checkpoints) > 1 or listing.checkpoints[0].path != path
+    if not many:
+        c = read_checkpoint(path)
+        if each_checkpoint:
+            raise UsageError(
+                f"--each-checkpoint needs a run or checkpoints folder; {path} is one checkpoint.",
+                hint=f"trainctl eval {run_dir or path.parent} --each-checkpoint",
+            )
+        if c.layout == "hf-model" and run_dir is None:
+            return Resolved("folder", [Target(path.name, 0, c, path)], name=name)
+        return Resolved("checkpoint", [_target(c)], args, run_dir, name)
+    chosen = listing.checkpoints if each_checkpoint else [listing.latest]
+    return Resolved("run", [_target(c) for c in chosen], args, run_dir, name)
+
+
+def _target(c: Checkpoint) -> Target:
+    part = c.part()
+    # full weights in Hugging Face format load where they are; shards and adapters are merged first
+    folder = part.path if part.kind == "hf" else None
+    return Target(_step_label(c), c.step, c, folder)
+
+
+def merged_folder(target: Target) -> Path:
+    """The Hugging Face folder to load: the folder itself, or the checkpoint merged into the cache (once: the
+    cache key is the checkpoint's path and its files' sizes and times, so a rewritten checkpoint is merged again)."""
+    if target.folder is not None:
+        return target.folder
+    from trainctl.ckpt.merge import merge, plan_merge
+
+    part = target.checkpoint.part()
+    stamp = hashlib.sha256(str(part.path).encode())
+    for f in sorted(part.path.rglob("*")):
+        if f.is_file():
+            st = f.stat()
+            stamp.update(f"{f.relative_to(part.path)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    out = cache_dir() / "eval" / "merged" / f"{target.checkpoint.path.name}-{stamp.hexdigest()[:16]}"
+    if (out / "config.json").is_file():
+        return out
+    merge(plan_merge(target.checkpoint.path, out, dtype="auto"))
+    return out
