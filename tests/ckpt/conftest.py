@@ -62,7 +62,7 @@ def sft_runs(made) -> dict[int, Path]:
 def dpo_runs(made) -> dict[str, Path]:
     runs = {}
     for kind in ("full", "lora"):
-        _train(made, *DPO, f"use_peft={str(kind == 'lora').lower()}", f"run.name=dpo-{kind}")
+        _train(made, *DPO, f"lora={'r16' if kind == 'lora' else 'none'}", f"run.name=dpo-{kind}")
         runs[kind] = made / "work" / "runs" / f"dpo-{kind}"
     return runs
 

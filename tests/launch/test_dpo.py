@@ -1,19 +1,15 @@
-"""DPO for real: TRL's DPOTrainer on CPU, full and LoRA."""
+"""DPO for real: TRL's DPOTrainer on CPU, full fine-tuning (LoRA: tests/launch/test_lora.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.launch.conftest import FAST_DPO
 from trainctl.metrics import read_metrics, series
 
 
-@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
-def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path):
-    name = f"dpo-{'lora' if peft else 'full'}"
-    result = cli("train", *FAST_DPO, f"run.name={name}", f"use_peft={str(peft).lower()}")
+def test_dpo_trains_and_the_output_loads(cli, ready, tmp_path):
+    result = cli("train", *FAST_DPO, "run.name=dpo-full")
     assert result.exit_code == 0, result.output
-    run = tmp_path / "work" / "runs" / name
+    run = tmp_path / "work" / "runs" / "dpo-full"
     losses = [v for _, v in series(read_metrics(run), "train/loss")]
     assert len(losses) == 16
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.02, losses
@@ -24,13 +20,7 @@ def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = AutoModelForCausalLM.from_pretrained(ready[0])
-    if peft:
-        from peft import PeftModel
-
-        assert (final / "adapter_config.json").is_file()
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ready[0]), final).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final)
     changed = any(
         not torch.equal(a, b) for a, b in zip(model.state_dict().values(), base.state_dict().values(), strict=True)
     )

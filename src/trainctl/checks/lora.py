@@ -125,7 +125,7 @@ def _qlora_machine(s: Subject) -> list[Problem]:
                 hint=f"lora=r{s.cfg.lora.rank} (LoRA without the 4-bit base) on cpu, or a GPU: hardware=1gpu",
             )
         ]
-    if importlib.util.find_spec("bitsandbytes") is None:
+    if not bitsandbytes_installed():
         # a dry run may plan for another machine: only a launch here needs the package here
         return [
             Problem(
@@ -139,6 +139,10 @@ def _qlora_machine(s: Subject) -> list[Problem]:
     return []
 
 
+def bitsandbytes_installed() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
 def _targets(s: Subject) -> list[Problem]:
     """Named target modules must be layers of the model's architecture (read from it: trainctl.models.modules)."""
     lora = s.cfg.lora
@@ -150,7 +154,7 @@ def _targets(s: Subject) -> list[Problem]:
     arch = s.cfg.model.arch.type if s.cfg.model.arch else None
     try:
         found = model_modules(s.cfg.model.path, arch)
-    except (LookupError, OSError, ValueError) as e:
+    except Exception as e:  # an architecture transformers cannot build here: the run will say, not this check
         return [
             Problem(
                 f"lora.target_modules could not be checked against model={s.cfg.model.name}: {e}",

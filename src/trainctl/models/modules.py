@@ -1,7 +1,7 @@
 """The layers of a model's architecture that LoRA can adapt, by name (`q_proj`, `down_proj`, ...).
 
 Read from the architecture itself, not from a table: transformers builds the model class from its config on the meta
-device (no memory, no weights; one layer is enough, every layer has the same modules) and the module names are read
+device (no memory, no weights) and the module names are read
 off it. The answer depends only on the architecture class and the transformers version, so it is cached on disk
 (building the meta model imports torch and transformers: seconds, once).
 """
@@ -62,11 +62,10 @@ def _read_modules(architecture: str, config: dict | None) -> Modules:
     cls = getattr(transformers, architecture, None)
     if model_type is None or cls is None:
         raise LookupError(f"transformers {transformers.__version__} has no causal LM class {architecture}")
-    small = {"num_hidden_layers": 1}
-    if config:
-        cfg = AutoConfig.for_model(model_type, **{**config, **small})
-    else:
-        cfg = AutoConfig.for_model(model_type, **small)
+    if config:  # the model's own config, whole (per-layer lists must match the layer count; meta costs nothing)
+        cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    else:  # the architecture's defaults, one layer: every layer has the same modules
+        cfg = AutoConfig.for_model(model_type, num_hidden_layers=1)
     with torch.device("meta"):
         model = cls(cfg)
     blocks: list[str] = []
