@@ -232,8 +232,8 @@ class Lora:
         "dropout on the adapter's input (PEFT's lora_dropout; DPO only: verl has none)", 0.0, ge=0, lt=1
     )
     target_modules: str | list[str] = opt(
-        "the layers that get adapters: all-linear (every linear layer of the blocks), or their names "
-        "([q_proj, v_proj]; `trainctl model info NAME` lists them)",
+        "the layers that get adapters: all-linear (every linear layer of the blocks), or a list of their names such "
+        "as q_proj,v_proj (`trainctl model info NAME` lists them)",
         "all-linear",
     )
     quantize: Literal["none", "4bit"] = opt(
