@@ -17,12 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, dpo, environment, files, memory, ppo, reward, sft, types, values
+from trainctl.checks import data, dpo, environment, files, lora, memory, ppo, reward, sft, types, values
 from trainctl.checks.base import Number, Subject
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
 from trainctl.config.overrides import Override
-from trainctl.config.schema import Config
+from trainctl.config.schema import SECTIONS, Config
 from trainctl.config.search import SearchPath
 from trainctl.errors import ConfigProblems, Problem
 
@@ -99,7 +99,7 @@ class Plan:
     def trainctl_tree(self) -> dict:
         """The trainctl config in reading order: the groups, the run, then this backend's keys."""
         tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
-        order = ["algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths", self.backend.node]
+        order = [*SECTIONS, self.backend.node]
         return {k: tree[k] for k in order if k in tree}
 
     def trainctl_yaml(self) -> str:
@@ -158,6 +158,7 @@ def make_plan(
     plan.problems += environment.checks(s)
     plan.problems += memory.checks(s)
     plan.problems += reward.checks(s)
+    plan.problems += lora.checks(s)  # the lora group (issue 14)
     if strict:
         plan.raise_for_errors()
     if not plan.errors:

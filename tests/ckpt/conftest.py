@@ -59,7 +59,7 @@ def sft_runs(made, sft_run) -> dict[int, Path]:
 @pytest.fixture(scope="session")
 def dpo_runs(made, dpo_run) -> dict[str, Path]:
     """full: the session's shared DPO run (checkpoint-8 and -16); lora: checkpoint-2 and -4."""
-    _train(made, *DPO, "use_peft=true", "run.name=dpo-lora")
+    _train(made, *DPO, "lora=r16", "run.name=dpo-lora")
     return {"full": dpo_run.path, "lora": made / "work" / "runs" / "dpo-lora"}
 
 

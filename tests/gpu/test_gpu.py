@@ -117,3 +117,34 @@ def test_ppo_with_a_critic(cli, gpu_ready, tmp_path):
     assert sorted(metrics) == [1, 2]
     assert all("critic/vf_loss" in metrics[s] for s in (1, 2))
     report("ppo-critic", seconds=round(seconds, 1))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="QLoRA needs bitsandbytes (the gpu extra)")
+def test_qlora_dpo_on_cuda(cli, gpu_ready, tmp_path):
+    """QLoRA: the base in 4-bit NF4 on the GPU, rank-16 adapters trained; the adapter folds into the base."""
+    args = ["recipe=dpo-arith-tiny-cpu", *GPU, *_mid(gpu_ready), "lora=qlora-r16", "run.name=qlora", "run.max_steps=8"]
+    result, seconds = _train(cli, *args)
+    assert result.exit_code == 0, result.output[-4000:]
+    run = tmp_path / "work" / "runs" / "qlora"
+    losses = [v for _, v in series(read_metrics(run), "train/loss")]
+    assert len(losses) == 8, losses
+    final = run / "checkpoints" / "checkpoint-8"
+    assert (final / "adapter_config.json").is_file() and not list(final.glob("model*.safetensors"))
+    listed = cli("ckpt", "ls", str(run))
+    assert " 16/32 " in listed.stdout, listed.stdout
+    report("qlora-dpo", seconds=round(seconds, 1), final_loss=losses[-1])
+    _merge_and_load(cli, run, tmp_path / "merged-qlora")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (the gpu extra)")
+def test_grpo_with_lora_on_the_vllm_rollout(cli, gpu_ready, tmp_path):
+    """verl's own LoRA path on vLLM: the base once, then the adapters as a LoRA request after every update."""
+    result, seconds = _train(cli, *_rl(gpu_ready, "grpo-lora-gpu", 2), "lora=r8")
+    assert result.exit_code == 0, result.output[-4000:]
+    run = tmp_path / "work" / "runs" / "grpo-lora-gpu"
+    metrics = read_metrics(run)
+    assert sorted(metrics) == [1, 2]
+    # the rollout samples from base + adapter: its probabilities agree with the actor's (bf16 vLLM: loosely)
+    assert metrics[2]["training/rollout_probs_diff_mean"] < 0.05, metrics[2]
+    report("grpo-lora-vllm", seconds=round(seconds, 1))
+    _merge_and_load(cli, run, tmp_path / "merged-grpo-lora")

@@ -1,21 +1,12 @@
-"""DPO for real: TRL's DPOTrainer on CPU, full and LoRA."""
+"""DPO for real: TRL's DPOTrainer on CPU, full fine-tuning (LoRA: tests/launch/test_lora.py)."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.launch.conftest import FAST_DPO
 from trainctl.metrics import read_metrics, series
 
 
-@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
-def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path, request):
-    if peft:
-        result = cli("train", *FAST_DPO, "run.name=dpo-lora", "use_peft=true")
-        assert result.exit_code == 0, result.output
-        run = tmp_path / "work" / "runs" / "dpo-lora"
-    else:
-        run = request.getfixturevalue("dpo_run").path  # the session's full DPO run (tests/real_runs.py), shared
+def test_dpo_trains_and_the_output_loads(ready, dpo_run):
+    run = dpo_run.path  # the session's full DPO run (tests/real_runs.py), shared
     losses = [v for _, v in series(read_metrics(run), "train/loss")]
     assert len(losses) == 16
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.02, losses
@@ -26,13 +17,7 @@ def test_dpo_trains_and_the_output_loads(peft, cli, ready, tmp_path, request):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = AutoModelForCausalLM.from_pretrained(ready[0])
-    if peft:
-        from peft import PeftModel
-
-        assert (final / "adapter_config.json").is_file()
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ready[0]), final).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final)
     changed = any(
         not torch.equal(a, b) for a, b in zip(model.state_dict().values(), base.state_dict().values(), strict=True)
     )

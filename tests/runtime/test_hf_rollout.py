@@ -109,3 +109,67 @@ def test_concurrent_requests_are_sampled_as_one_batch(server):
         assert together[i].token_ids == alone[i].token_ids
         assert together[i].log_probs == pytest.approx(alone[i].log_probs, abs=1e-4)
     assert 1 <= len(together[3].token_ids) <= 12 and len(together[3].log_probs) == len(together[3].token_ids)
+
+
+def _lora_actor(tiny_model_dir, scale: float):
+    """An actor-side PEFT model as verl's FSDP engine builds it (all-linear, no dropout), its adapters moved off
+    their zero initialisation so that they change what the model says."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=8, lora_alpha=16, target_modules="all-linear", bias="none")
+    actor = get_peft_model(base, config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in actor.named_parameters():
+            if "lora_B" in name:
+                p.copy_(scale * torch.randn(p.shape, generator=generator))
+    return actor.eval()
+
+
+def _verl_sync(actor, base_sync_done: bool):
+    """What verl's FSDP engine sends to a rollout (get_per_tensor_param without FSDP): its own functions."""
+    from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
+
+    peft_config = actor.peft_config["default"]
+    params = collect_lora_params(module=actor, layered_summon=False, base_sync_done=base_sync_done)
+    if not base_sync_done:
+        params = {replace_lora_wrapper(k, peft_config): v for k, v in params.items()}
+    return dict(params), peft_config.to_dict()
+
+
+def _continuation_log_probs(model, prompt, continuation) -> list[float]:
+    ids = torch.tensor([prompt + continuation])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().log_softmax(-1)
+    return [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation)]
+
+
+def test_lora_sync_makes_the_rollout_sample_from_base_plus_adapter(server, tiny_model_dir):
+    """verl's LoRA sync: the base once, then the adapters after every update. The rollout's log-probs of a fixed
+    continuation change with the adapters and equal those of the actor's own (unmerged) PEFT model."""
+    before = _generate(server, PROMPT)
+    fixed = before.token_ids
+    base_scores = _continuation_log_probs(server.model, PROMPT, fixed)
+
+    actor = _lora_actor(tiny_model_dir, scale=0.3)
+    base, config = _verl_sync(actor, base_sync_done=False)
+    assert any(".base_layer." in k for k in base), "verl names adapted layers' base weights .base_layer"
+    assert server.update_weights(base, config, base_sync_done=False) == len(base)
+    # base weights and still-zero adapters: the model is the base
+    assert _generate(server, PROMPT).log_probs == pytest.approx(before.log_probs, abs=1e-5)
+
+    for step, scale in enumerate((0.3, 0.6), start=1):
+        if scale != 0.3:
+            actor = _lora_actor(tiny_model_dir, scale=scale)  # "after an update": new adapter weights
+        adapters, config = _verl_sync(actor, base_sync_done=True)
+        assert adapters and all("lora_" in k for k in adapters), "after the first sync, only adapters travel"
+        server.update_weights(adapters, config, base_sync_done=True)
+        scores = _continuation_log_probs(server.model, PROMPT, fixed)
+        assert scores != pytest.approx(base_scores, abs=1e-3), "the adapters change the rollout's log-probs"
+        assert scores == pytest.approx(_continuation_log_probs(actor, PROMPT, fixed), abs=1e-4)
+        # and what it samples is scored by base + adapter
+        sampled = _generate(server, PROMPT)
+        assert sampled.log_probs == pytest.approx(_continuation_log_probs(actor, PROMPT, sampled.token_ids), abs=1e-4)
+        assert server.stats()["weight_version"] == 1 + step

@@ -131,6 +131,17 @@ def ls() -> None:
     stdout_console().print(table)
 
 
+def _linear_layers(m) -> str:
+    """The blocks' linear layers, by name: what lora.target_modules may name (read off the architecture)."""
+    from trainctl.models.modules import model_modules
+
+    try:
+        found = model_modules(m.path, m.architecture)
+    except (LookupError, OSError, ValueError) as e:
+        return f"unknown ({e})"
+    return ", ".join(found.linear) + " (lora.target_modules)" if found else "unknown"
+
+
 @app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\
@@ -185,6 +196,7 @@ def info(
         f"vocab {m.vocab_size:,}{', tied embeddings' if m.tie_embeddings else ''}",
     )
     t.add_row("context length", str(m.context_length or "?"))
+    t.add_row("linear layers", _linear_layers(m))
     t.add_row(
         "chat template", "unknown until pulled" if m.chat_template is None else ("yes" if m.chat_template else "no")
     )

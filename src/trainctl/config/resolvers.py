@@ -93,6 +93,21 @@ def _model_path(name, models_dir):
     return model_folder(name, models_dir)
 
 
+def _if_lora(rank, value):
+    """`value` when LoRA is on (lora.rank set), else UNSET: with lora=none the backend keeps its own defaults."""
+    if rank is None:
+        return UNSET
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _as_list(value):
+    """A string as a one-element list (TRL declares lora_target_modules as list[str]; a single entry such as
+    all-linear reaches PEFT as that string)."""
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    return [value] if isinstance(value, str) else value
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -113,6 +128,8 @@ _RESOLVERS = {
     "tc.logger_backends": _logger_backends,
     "tc.logger_name": _logger_name,
     "tc.logger_env": _logger_env,
+    "tc.if_lora": _if_lora,
+    "tc.as_list": _as_list,
     "tc.model_path": _model_path,
     "tc.if_rm_servers": _if_rm_servers,
     "tc.reward_manager": _reward_manager,

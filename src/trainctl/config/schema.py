@@ -219,6 +219,32 @@ class Hardware:
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
 
 
+# --- lora (issue 14): the `lora` group ---
+@dataclass
+class Lora:
+    """Low-rank adapters instead of full fine-tuning, for every algorithm (verl's keys for SFT and the PPO family's
+    actor, PEFT's through TRL for DPO); `quantize: 4bit` is QLoRA: the frozen base held in 4 bits."""
+
+    name: str = doc("the lora option's name")
+    rank: int | None = opt("the adapters' rank r (null: no LoRA, every weight trains)", ge=1)
+    alpha: int = opt("scaling: the adapter's update is multiplied by alpha / rank", 16, ge=1)
+    dropout: float = opt(
+        "dropout on the adapter's input (PEFT's lora_dropout; DPO only: verl has none)", 0.0, ge=0, lt=1
+    )
+    target_modules: str | list[str] = opt(
+        "the layers that get adapters: all-linear (every linear layer of the blocks), or a list of their names such "
+        "as q_proj,v_proj (`trainctl model info NAME` lists them)",
+        "all-linear",
+    )
+    quantize: Literal["none", "4bit"] = opt(
+        "none, or 4bit: QLoRA, the frozen base in 4-bit NF4 (bitsandbytes, a CUDA GPU; DPO only in verl 0.9.1)", "none"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank is not None
+
+
 @dataclass
 class Logger:
     # name, backends and env follow from `destinations` (conf/trainctl.yaml); several logger options fill it at once
@@ -240,6 +266,7 @@ class Config:
     reward: Reward
     hardware: Hardware
     logger: Logger
+    lora: Lora
     verl: dict = field(default_factory=dict)
     trl: dict = field(default_factory=dict)
 
@@ -257,7 +284,7 @@ class Config:
 
 
 # the trainctl sections, in the order a person reads them
-SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths")
+SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "reward", "hardware", "logger", "lora", "run", "paths")
 BACKEND_NODES: tuple[str, ...] = ("verl", "trl")
 
 # keys that moved: old key -> (new key, the overrides that set it; {value} is the old key's value)

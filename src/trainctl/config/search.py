@@ -8,7 +8,7 @@ from pathlib import Path
 from trainctl import paths
 
 # The groups a user chooses from on the command line (`algorithm=grpo`), in the order `config groups` lists them.
-GROUPS = ("algorithm", "model", "data", "reward", "hardware", "logger", "recipe")
+GROUPS = ("algorithm", "model", "data", "reward", "hardware", "logger", "lora", "recipe")
 
 GROUP_HELP = {
     "algorithm": "what to train, and which trainer runs it",
@@ -17,6 +17,7 @@ GROUP_HELP = {
     "reward": "how RL responses are scored: verl's rules, your function, a reward model, an LLM judge",
     "hardware": "where it runs: devices, nodes, launcher, parallelism",
     "logger": "where metrics go",
+    "lora": "LoRA adapters instead of full fine-tuning (QLoRA: a 4-bit base), for every algorithm",
     "recipe": "complete experiments: choose options of the groups above and set what differs",
 }
 

@@ -4,7 +4,10 @@ An estimate from first principles, computed from the run's own config (the same 
 
   training phase, per device
     weights      verl trains in fp32 (its FSDP engine forces model_dtype fp32 for training): 4 B/param,
-                 sharded over every rank (FSDP); TRL's DPO runs under DDP: a whole copy per rank, at ModelConfig.dtype
+                 sharded over every rank (FSDP); TRL's DPO runs under DDP: a whole copy per rank, in bf16 on GPUs.
+                 LoRA adds its adapters (fp32, 4 B each: r x (in + out) per adapted layer). QLoRA (lora.quantize=4bit)
+                 holds the blocks' linear layers in 4-bit NF4: 0.5 B/param plus one fp32 scale per block of 64
+                 (bitsandbytes' default blocksize), 0.5625 B/param; embeddings, norms and the output layer stay bf16
     gradients    4 B per trainable param, sharded like the weights (LoRA: only the adapters train)
     optimizer    AdamW: two fp32 moments, 8 B per trainable param, sharded; 0 on the device with optimizer offload
     reference    PPO with a KL term and DPO without LoRA: a frozen bf16 copy, 2 B/param, sharded; 0 when offloaded
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
 
 GiB = 2**30
 OVERHEAD = 2 * GiB
+# bitsandbytes NF4: 4 bits a weight and an fp32 absmax per block of 64 weights (no nested quantization)
+NF4_BYTES = 0.5 + 4 / 64
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Setup:
     weight_bytes: int = 4
     token_budget: int | None = None  # use_dynamic_bsz: tokens per micro-batch, in place of micro x seq
     sp: int = 1  # Ulysses sequence parallelism: each GPU holds 1/sp of a sequence's activations
+    lora_targets: tuple[str, ...] | None = None  # the adapted layers' names; None: all-linear
+    quantized: bool = False  # QLoRA: the blocks' linear layers in 4-bit NF4
 
 
 @dataclass
@@ -122,28 +129,53 @@ def count(n: float) -> str:
     return str(int(n))
 
 
-def _lora_params(info: ModelInfo, rank: int) -> int:
-    """Adapters on every linear layer of every block (verl's and PEFT's all-linear target)."""
+def block_linears(info: ModelInfo) -> dict[str, tuple[int, int]]:
+    """(in, out) of each linear layer of a dense decoder block, by the names Qwen and Llama give them."""
     h, i = info.hidden_size, info.intermediate_size
     kv = info.kv_heads * (h // max(info.heads, 1))
-    shapes = [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]
-    return info.layers * rank * sum(a + b for a, b in shapes)
+    return {
+        "q_proj": (h, h),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (h, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
+
+
+def lora_params(info: ModelInfo, rank: int, targets: tuple[str, ...] | None = None) -> int:
+    """Adapter parameters: r x (in + out) per adapted layer, in every block. targets None: all-linear (verl's and
+    PEFT's default: every linear layer of the blocks); names outside the blocks (lm_head) are not counted."""
+    shapes = block_linears(info)
+    names = list(shapes) if targets is None else [t for t in targets if t in shapes]
+    return info.layers * rank * sum(sum(shapes[t]) for t in names)
+
+
+def linear_params(info: ModelInfo) -> int:
+    """Weights of the blocks' linear layers: what a 4-bit base quantizes."""
+    return info.layers * sum(a * b for a, b in block_linears(info).values())
 
 
 def estimate(info: ModelInfo, s: Setup) -> Estimate:
     P = info.params
     n = s.world if s.sharded else 1
-    trainable = _lora_params(info, s.lora_rank) if s.lora_rank else P
+    trainable = lora_params(info, s.lora_rank, s.lora_targets) if s.lora_rank else P
     shard = f"/ {n} ranks" if n > 1 else "(one rank)"
     train: list[Part] = []
-    weights = 0.0 if s.param_offload else s.weight_bytes * P / n
+    if s.quantized:
+        linear = linear_params(info)
+        base = NF4_BYTES * linear + s.weight_bytes * (P - linear)
+        base_how = f"{count(linear)} in 4-bit NF4 x {NF4_BYTES} B + {count(P - linear)} x {s.weight_bytes} B"
+    else:
+        base, base_how = s.weight_bytes * P, f"{count(P)} params x {s.weight_bytes} B"
+    adapters = 4 * trainable if s.lora_rank else 0
+    if adapters:
+        base_how += f" + {count(trainable)} LoRA params x 4 B"
+    weights = 0.0 if s.param_offload else (base + adapters) / n
     train.append(
         Part(
-            "weights",
-            weights,
-            "offloaded to host memory (param_offload)"
-            if s.param_offload
-            else f"{count(P)} params x {s.weight_bytes} B {shard}",
+            "weights", weights, "offloaded to host memory (param_offload)" if s.param_offload else f"{base_how} {shard}"
         )
     )
     how_trainable = f"{count(trainable)} LoRA params (rank {s.lora_rank})" if s.lora_rank else "every param"
@@ -243,6 +275,7 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
         lora = v(f"{AR}.model.lora_rank") or 0
         return Setup(
             family="ppo",
+            lora_targets=_targets(v(f"{AR}.model.target_modules")),
             micro=v(f"{AR}.actor.ppo_micro_batch_size_per_gpu") or 1,
             seq=(v("data.max_prompt_length") or 0) + (v("data.max_response_length") or 0),
             lora_rank=lora,
@@ -268,6 +301,7 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
             token_budget=v("data.max_token_len_per_gpu") if v("data.use_dynamic_bsz") else None,
             sp=int(v("engine.ulysses_sequence_parallel_size") or 1),
             lora_rank=v("model.lora_rank") or 0,
+            lora_targets=_targets(v("model.target_modules")),
             param_offload=bool(v("engine.param_offload")),
             optimizer_offload=bool(v("engine.optimizer_offload")),
             grad_ckpt=bool(v("model.enable_gradient_checkpointing", True)),
@@ -280,12 +314,13 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
             **common,
         )
     use_peft = bool(v("use_peft"))
-    dtype = str(v("dtype") or "float32")
     return Setup(
         family="dpo",
         micro=v("per_device_train_batch_size") or 1,
         seq=v("max_length") or 0,
         lora_rank=(v("lora_r") or 16) if use_peft else 0,
+        lora_targets=_targets(v("lora_target_modules")) if use_peft else None,
+        quantized=use_peft and bool(v("load_in_4bit")),
         param_offload=False,
         optimizer_offload=False,
         grad_ckpt=bool(v("gradient_checkpointing")),
@@ -296,17 +331,18 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
         rollout_util=0.0,
         rollout_tp=1,
         sharded=False,
-        weight_bytes=2 if dtype in ("bfloat16", "float16", "auto") else 4,
+        # trainctl's DPO entry point loads the model in bf16/fp16 when training in it, else fp32
+        weight_bytes=2 if v("bf16") or v("fp16") else 4,
         **common,
     )
 
 
-def _lora_words(family: str, rank: int = 64) -> list[str]:
-    if family == "ppo":
-        return [f"actor_rollout_ref.model.lora_rank={rank}", "actor_rollout_ref.model.lora_alpha=32"]
-    if family == "sft":
-        return [f"model.lora_rank={rank}", "model.lora_alpha=32"]
-    return ["use_peft=true", f"lora_r={rank}"]
+def _targets(value: Any) -> tuple[str, ...] | None:
+    """The adapted layers' names from a backend's target_modules (None: all-linear, or a pattern)."""
+    if isinstance(value, str) or not value:
+        return None
+    names = tuple(str(t) for t in value)
+    return None if names == ("all-linear",) else names
 
 
 def candidate_fixes(s: Setup) -> list[tuple[list[str], dict]]:
@@ -335,7 +371,10 @@ def candidate_fixes(s: Setup) -> list[tuple[list[str], dict]]:
             out.append(([f"hardware.gpu_memory_utilization={lower}"], {"rollout_util": lower}))
     if not s.lora_rank:
         # with LoRA the reference is the base model with the adapters switched off: no second copy
-        out.append((_lora_words(s.family), {"lora_rank": 64, "reference": False}))
+        out.append((["lora=r32"], {"lora_rank": 32, "reference": False}))
+    if s.family == "dpo" and s.device == "cuda" and not s.quantized:
+        # QLoRA: only TRL's DPO loads a 4-bit base in verl 0.9.1's time
+        out.append((["lora=qlora-r16"], {"lora_rank": 16, "lora_targets": None, "quantized": True, "reference": False}))
     if s.device == "cuda":
         for nodes in (2, 4, 8):
             world = s.gpus_per_node * nodes

@@ -8,7 +8,9 @@ the same contract with a transformers model inside a Ray actor:
     stop strings) and returns verl's TokenOutput with the log-probability of every sampled token; requests that
     arrive together are sampled as one batch (trainctl.runtime.sampler), new ones joining a running batch;
   - HFServerAdapter (the worker-side BaseRollout, in verl's _ROLLOUT_REGISTRY as ("hf", "async")) receives the
-    actor's weights after every policy update (verl's `naive` checkpoint engine) and ships them to its server.
+    actor's weights after every policy update (verl's `naive` checkpoint engine) and ships them to its server;
+    with LoRA (`lora=r8`) verl sends the base weights once and the adapters after each update, which the server folds
+    into its weights (PEFT's merge), so it samples from base + adapter.
 Sleep, wake-up and KV-cache calls are no-ops: there is no accelerator memory to give back.
 """
 
@@ -55,6 +57,7 @@ class HFRolloutServer:
         self.model, tok, self.eos_ids = load_policy(path, attn)
         self.global_steps: int | None = None
         self.weight_version = 0
+        self.peft_model = None  # the model with LoRA adapters injected, after the first LoRA sync
         seed = int(getattr(config, "seed", 0) or 0)
         self.generator = torch.Generator().manual_seed(seed + 1000 * replica_rank)
         # vLLM's batch limits, which verl's rollout config carries: sequences per batch, tokens per prefill pass
@@ -159,8 +162,16 @@ class HFRolloutServer:
         with self._model_lock:
             return self.sampler.step()
 
-    def update_weights(self, state: dict[str, torch.Tensor]) -> int:
-        """Load the actor's weights; returns how many tensors were taken (all of the model's, or an error)."""
+    def update_weights(
+        self, state: dict[str, torch.Tensor], peft_config: dict | None = None, base_sync_done: bool = False
+    ) -> int:
+        """Load the actor's weights; returns how many tensors were taken (all of the model's, or an error).
+
+        With LoRA (verl sends a peft_config), the first sync may carry the base weights (base_sync_done=False, names
+        as in the model, `.base_layer` on adapted layers) and every sync after an update carries the adapters alone
+        (PEFT's names): they are folded into the weights the sampler uses, base + B @ A x alpha / r."""
+        if peft_config is not None:
+            return self._update_lora(state, peft_config, base_sync_done)
         own = self.model.state_dict()
         missing = [k for k in own if k not in state and not self._tied(k)]
         unknown = [k for k in state if k not in own]
@@ -173,8 +184,63 @@ class HFRolloutServer:
         self.weight_version += 1
         return len(state)
 
+    def _update_lora(self, state: dict[str, torch.Tensor], peft_config: dict, base_sync_done: bool) -> int:
+        # PEFT does the LoRA arithmetic: the adapters are injected once (in place: the sampler's model object is
+        # unchanged), then each sync unmerges the old adapters, loads the new ones and merges them, so sampling runs
+        # on plain merged weights at full-fine-tuning speed
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils import set_peft_model_state_dict
+
+        with self._model_lock:
+            peft_model = self._peft_model(peft_config)
+            if any(m.merged for m in peft_model.modules() if isinstance(m, BaseTunerLayer)):
+                peft_model.unmerge_adapter()
+            try:
+                if base_sync_done:
+                    result = set_peft_model_state_dict(peft_model, state)
+                    unknown = [k for k in result.unexpected_keys if "lora_" in k]
+                    if unknown:
+                        raise RuntimeError(f"hf rollout: adapter weights do not match the model: {unknown[:3]}")
+                else:
+                    self._load_base(peft_model, state)
+            finally:
+                peft_model.merge_adapter()
+        self.weight_version += 1
+        return len(state)
+
+    def _peft_model(self, peft_config: dict):
+        if self.peft_model is None:
+            import dataclasses
+
+            from peft import LoraConfig, get_peft_model
+
+            fields = {f.name for f in dataclasses.fields(LoraConfig) if f.init}
+            config = LoraConfig(**{k: v for k, v in peft_config.items() if k in fields})
+            config.inference_mode = True
+            self.peft_model = get_peft_model(self.model, config)
+            self.peft_model.eval()
+        return self.peft_model
+
+    def _load_base(self, peft_model, state: dict[str, torch.Tensor]) -> None:
+        """The base weights, into the layers under the adapters (`q_proj.weight` is `q_proj.base_layer.weight`)."""
+        inner = peft_model.get_base_model()
+        own = inner.state_dict()
+        renamed = {}
+        for name, tensor in state.items():
+            plain = name.replace(".base_layer.", ".")
+            target = plain.rsplit(".", 1)
+            wrapped = f"{target[0]}.base_layer.{target[1]}" if len(target) == 2 else plain
+            key = wrapped if wrapped in own else plain
+            if key not in own:
+                raise RuntimeError(f"hf rollout: base weight {name} is not a weight of the model")
+            renamed[key] = tensor
+        missing = [k for k in own if k not in renamed and "lora_" not in k and not self._tied(k)]
+        if missing:
+            raise RuntimeError(f"hf rollout: the base weights miss {missing[:3]}")
+        inner.load_state_dict(renamed, strict=False)
+
     def _tied(self, key: str) -> bool:
-        return key == "lm_head.weight" and bool(getattr(self.model.config, "tie_word_embeddings", False))
+        return key.endswith("lm_head.weight") and bool(getattr(self.model.config, "tie_word_embeddings", False))
 
     def stats(self) -> dict:
         return {
@@ -285,8 +351,8 @@ def _adapter_class():
         async def update_weights(self, weights, global_steps: int | None = None, wire_format="named_tensors", **kw):
             if wire_format != "named_tensors":
                 raise NotImplementedError(f"hf rollout takes full tensors, not {wire_format!r}")
-            if kw.get("peft_config") is not None:
-                raise NotImplementedError("hf rollout: LoRA weight sync is not supported; use full fine-tuning")
+            # LoRA: verl sends its peft_config with the base weights (once) and with the adapters (every update)
+            peft_config = kw.get("peft_config")
             state = {}
             for name, tensor in weights:
                 if hasattr(tensor, "full_tensor"):
@@ -294,7 +360,7 @@ def _adapter_class():
                 if self.leads:
                     state[name] = tensor.detach().to("cpu", copy=True)
             if self.leads:
-                await self._server().update_weights.remote(state)
+                await self._server().update_weights.remote(state, peft_config, bool(kw.get("base_sync_done")))
                 if global_steps is not None:
                     await self._server().set_global_steps.remote(global_steps)
 

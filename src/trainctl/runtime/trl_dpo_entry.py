@@ -59,6 +59,20 @@ def train(config_path: str, resume: bool = False) -> None:
     kwargs = {"dtype": dtype}
     if model_config.attn_implementation:
         kwargs["attn_implementation"] = model_config.attn_implementation
+    if model_config.load_in_4bit:
+        # QLoRA (lora.quantize=4bit): the frozen base in 4-bit NF4, computing in the training dtype (TRL's
+        # get_quantization_config would compute in ModelConfig.dtype, fp32 unless set), one copy per device
+        from transformers import BitsAndBytesConfig
+        from trl import get_kbit_device_map
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_compute_dtype=dtype,
+            bnb_4bit_quant_type=model_config.bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant=model_config.use_bnb_nested_quant,
+            bnb_4bit_quant_storage=model_config.bnb_4bit_quant_storage or dtype,
+        )
+        kwargs["device_map"] = get_kbit_device_map()
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
