@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, dpo, environment, files, memory, ppo, reward, sft, types, values
+from trainctl.checks import data, dpo, environment, files, memory, ppo, reward, sft, tools, types, values
 from trainctl.checks.base import Number, Subject
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
@@ -99,7 +99,7 @@ class Plan:
     def trainctl_tree(self) -> dict:
         """The trainctl config in reading order: the groups, the run, then this backend's keys."""
         tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
-        order = ["algorithm", "model", "data", "reward", "hardware", "logger", "run", "paths", self.backend.node]
+        order = ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "run", "paths", self.backend.node]
         return {k: tree[k] for k in order if k in tree}
 
     def trainctl_yaml(self) -> str:
@@ -158,6 +158,7 @@ def make_plan(
     plan.problems += environment.checks(s)
     plan.problems += memory.checks(s)
     plan.problems += reward.checks(s)
+    plan.problems += tools.checks(s)  # issue 11
     if strict:
         plan.raise_for_errors()
     if not plan.errors:
@@ -174,6 +175,9 @@ def validate_natively(plan: Plan) -> None:
     # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
     plan.problems += validate(plan.subject, use_cache=plan.launching)
     plan.problems += reward.probes(plan.subject)  # the judge's endpoint answers
+    if not plan.errors:
+        plan.problems += tools.probes(plan.subject)  # the MCP servers list their tools; the template renders them
+        plan.numbers += tools.numbers(plan.subject)
     plan.raise_for_errors()
 
 

@@ -9,7 +9,7 @@ def test_show_prints_the_trainctl_config(cli):
     result = cli("config", "show", "algorithm=grpo", "model=qwen3-8b", "run.epochs=3")
     assert result.exit_code == 0, result.output
     tree = yaml.safe_load(result.stdout)
-    assert list(tree)[:7] == ["algorithm", "model", "data", "reward", "hardware", "logger", "run"]
+    assert list(tree)[:8] == ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "run"]
     assert tree["model"]["name"] == "qwen3-8b" and tree["run"]["epochs"] == 3
     assert tree["verl"]["algorithm"]["adv_estimator"] == "grpo"
 

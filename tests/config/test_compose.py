@@ -49,7 +49,7 @@ def test_every_recipe_validates(recipe, tiny_model):
     assert first == f"# trainctl train recipe={recipe}", "a recipe starts with the command that runs it"
 
 
-@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "hardware", "logger"])
+@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "tools", "hardware", "logger"])
 def test_every_option_file_is_documented(group):
     from trainctl.config.search import describe
 
