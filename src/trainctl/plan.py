@@ -22,7 +22,7 @@ from trainctl.checks.base import Number, Subject
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
 from trainctl.config.overrides import Override
-from trainctl.config.schema import Config
+from trainctl.config.schema import SECTIONS, Config
 from trainctl.config.search import SearchPath
 from trainctl.errors import ConfigProblems, Problem
 
@@ -99,7 +99,7 @@ class Plan:
     def trainctl_tree(self) -> dict:
         """The trainctl config in reading order: the groups, the run, then this backend's keys."""
         tree = OmegaConf.to_container(self.comp.cfg, resolve=True)
-        order = ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "run", "paths", self.backend.node]
+        order = [*SECTIONS[:-2], "run", "paths", self.backend.node]
         return {k: tree[k] for k in order if k in tree}
 
     def trainctl_yaml(self) -> str:
@@ -172,12 +172,14 @@ def validate_natively(plan: Plan) -> None:
     """The backend's own validation (imports verl or TRL: seconds); raises on errors."""
     from trainctl.checks.native import validate
 
+    # issue 11: the MCP servers list their tools, the functions have schemas, the template renders them (seconds,
+    # before verl's own validation, which takes longer)
+    plan.problems += tools.probes(plan.subject)
+    plan.numbers += tools.numbers(plan.subject)
+    plan.raise_for_errors()
     # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
     plan.problems += validate(plan.subject, use_cache=plan.launching)
     plan.problems += reward.probes(plan.subject)  # the judge's endpoint answers
-    if not plan.errors:
-        plan.problems += tools.probes(plan.subject)  # the MCP servers list their tools; the template renders them
-        plan.numbers += tools.numbers(plan.subject)
     plan.raise_for_errors()
 
 

@@ -228,8 +228,9 @@ class Tools:
         "and the Google-style docstring)",
         [],
     )
-    format: str = opt("how the model writes a tool call, verl's parser name: hermes (<tool_call>{json}</tool_call>)",
-                      "hermes")
+    format: str = opt(
+        "how the model writes a tool call, verl's parser name: hermes (<tool_call>{json}</tool_call>)", "hermes"
+    )
     max_assistant_turns: int = opt("model turns per trajectory (the first answer included)", 4, ge=1)
     max_tool_turns: int | None = opt("turns of tool results per trajectory (null: max_assistant_turns - 1)", ge=1)
     max_parallel_calls: int = opt("tool calls run from one model turn; more are ignored", 1, ge=1)

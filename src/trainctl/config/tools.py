@@ -116,8 +116,9 @@ def allowed(tools: Tools, name: str) -> list[str] | None:
     return list(server.tools) if server is not None and server.tools is not None else None
 
 
-# discovery results per server spec (its command, args, env names, URL): a plan checks them, the launcher writes
-# the run's tool config from the same listing; a failure is never cached
+# listings of stdio servers per command (command, args, env names, cwd): the plans of a sweep start each server once.
+# A stdio run starts its own server from the same command; a URL is asked every time (the check is that it answers
+# now), and a failure is never cached.
 _DISCOVERED: dict[Any, Discovered] = {}
 _LOCK = threading.Lock()
 
@@ -128,12 +129,13 @@ def discover(specs: dict[str, ServerSpec], timeout: float) -> dict[str, Discover
     from trainctl.runtime import mcp_bridge
 
     with _LOCK:
-        todo = {n: s for n, s in specs.items() if s not in _DISCOVERED}
-        if todo:
-            found = mcp_bridge.discover(todo, timeout=timeout)
-            for name, d in found.items():
+        cached = {n: _DISCOVERED[s] for n, s in specs.items() if s in _DISCOVERED}
+        todo = {n: s for n, s in specs.items() if n not in cached}
+        found = mcp_bridge.discover(todo, timeout=timeout) if todo else {}
+        for name, d in found.items():
+            if todo[name].transport == "stdio":
                 _DISCOVERED[todo[name]] = d
-        return {n: _DISCOVERED[s] for n, s in specs.items()}
+        return {n: cached.get(n) or found[n] for n in specs}
 
 
 def forget_discovered() -> None:
