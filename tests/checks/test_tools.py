@@ -247,3 +247,14 @@ def test_an_mcpservers_file_that_is_not_json(cli, tmp_path, no_processes):
     result, text = _validate(cli, *GRPO, f"tools.servers_file={servers}")
     assert result.exit_code == 1
     assert f"MCP servers file {servers} is not valid JSON" in text and "at line 2" in text
+
+
+def test_a_server_entry_is_checked_against_its_schema(cli, no_processes):
+    result, text = _validate(cli, *GRPO, "tools=calculator", "tools.servers.calculator.comand=python")
+    assert result.exit_code == 1
+    assert "unknown config key 'tools.servers.calculator.comand'" in text
+    assert "Did you mean 'tools.servers.calculator.command'?" in text
+    result, text = _validate(cli, *GRPO, "tools=calculator", "tools.servers.calculator.transport=websocket")
+    assert "tools.servers.calculator.transport = 'websocket' is not one of: stdio, sse, http" in text
+    result, text = _validate(cli, *GRPO, "tools=calculator", "tools.servers.calculator=5")
+    assert "tools.servers must be a mapping (key: value), not {'calculator': 5}" in text

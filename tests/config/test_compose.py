@@ -23,6 +23,7 @@ def test_shipped_groups_are_all_there():
     assert set(ALGORITHMS) >= {"sft", "dpo", "ppo", "grpo", "gspo", "dapo", "drgrpo", "rloo", "reinforce_pp", "remax"}
     assert set(HARDWARE) == {"cpu", "1gpu", "8gpu", "2x8gpu", "4x8gpu"}
     assert set(SEARCH.options("logger")) == {"console", "wandb", "tensorboard", "file", "mlflow"}
+    assert set(SEARCH.options("tools")) >= {"none", "calculator", "calculator-fn"}
     assert set(SEARCH.options("data")) >= {"gsm8k", "math", "hh-rlhf", "arith"}
     models = set(SEARCH.options("model"))
     assert {f"qwen2.5-{s}" for s in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b")} <= models

@@ -505,8 +505,8 @@ def check_tree(
             for name, entry in value.items():
                 if isinstance(entry, Mapping):
                     issues += check_tree(entry, schemas[entries], schemas, f"{p}.{name}", report, required)
-                elif report(f"{p}.{name}"):
-                    issues.append(Issue(f"{p}.{name}", entry, "type", "a mapping (key: value)", owner=schema.name))
+                elif report(p):  # reported at the field, which the owner's schema declares
+                    issues.append(Issue(p, {name: entry}, "type", describe(info.spec), owner=schema.name))
             continue
         if isinstance(value, str) and (value == "???" or "${" in value):
             continue  # MISSING (verl's own "set me" marker) or an interpolation the backend resolves
