@@ -108,6 +108,9 @@ def test_a_stdio_server_without_command_an_unknown_format_and_an_unset_env_name(
     assert "tools.format = 'hermess' is not a tool-call parser verl knows" in text and "tools.format=hermes" in text
     assert "tools.servers.calculator.env names CALC_TOKEN, which is not set" in text
     assert "export CALC_TOKEN=..." in text
+    result, text = _validate(cli, *GRPO, "tools=calculator", f"tools.servers.calculator.env=['CALC_TOKEN={SECRET}']")
+    assert "tools.servers.calculator.env lists 'CALC_TOKEN=***', which is not an environment variable name" in text
+    assert SECRET not in result.output
 
 
 def test_an_env_value_is_never_shown_or_saved(cli, monkeypatch, tool_data, tiny_model):

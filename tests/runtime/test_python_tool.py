@@ -119,6 +119,8 @@ def test_the_call_reader_returns_each_whole_line_once(tmp_path):
     assert [r["tool"] for r in reader.new_records()] == ["b", "c"]
     assert reader.new_records() == []
     assert call_metrics([], trajectories=8)["tool/calls_per_trajectory"] == 0.0
+    # a resumed run's reader starts after the calls of earlier attempts
+    assert CallReader(tmp_path, skip_existing=True).new_records() == []
 
 
 def test_function_specs(tmp_path):

@@ -88,9 +88,10 @@ def _servers(s: Subject) -> list[Problem]:
             )
         for var in server.env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                shown = var.split("=", 1)[0] + "=***" if "=" in var else var  # NAME=value: never echo the value
                 problems.append(
                     Problem(
-                        f"{key}.env lists {var!r}, which is not an environment variable name; env holds NAMES only "
+                        f"{key}.env lists {shown!r}, which is not an environment variable name; env holds NAMES only "
                         "(values are read from your environment and never saved).",
                         key=f"{key}.env",
                         hint=f"export MY_TOKEN=... and set {key}.env=[MY_TOKEN]",

@@ -38,10 +38,14 @@ _INSTALLED: dict[str, object] = {}
 class CallReader:
     """The call records appended to a folder's calls-*.jsonl files since the last read (whole lines only)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, skip_existing: bool = False):
         self.folder = Path(folder)
         self._offsets: dict[Path, int] = {}
         self._lock = threading.Lock()
+        if skip_existing:  # a resumed run: the calls of earlier attempts belong to their own steps
+            for path in self.folder.glob("calls-*.jsonl"):
+                with contextlib.suppress(OSError):
+                    self._offsets[path] = path.stat().st_size
 
     def new_records(self) -> list[dict]:
         out: list[dict] = []
@@ -96,7 +100,7 @@ def _trajectories(batch) -> int:
 def _patch(module) -> None:
     if "PPOTrainer._compute_metrics" in _INSTALLED:
         return
-    reader = CallReader(os.environ[ENV])
+    reader = CallReader(os.environ[ENV], skip_existing=True)
     pending: list[dict] = []  # the training step's calls, read before a validation ran
     compute_metrics = module.PPOTrainer._compute_metrics
     validate = module.PPOTrainer._validate
