@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, VENV_BIN, Row, report, reps
+from common import VENV_BIN, Row, report, reps
 
 TRAINCTL = str(VENV_BIN / "trainctl")
 STEPS = 4
@@ -165,56 +165,46 @@ def latency_rows(calls: int) -> list[Row]:
 
 
 def grpo_rows(n: int) -> list[Row]:
-    sys.path.insert(0, str(ROOT))
-    import pyarrow.parquet as pq
-    from tests.launch.test_agent_grpo import agent_overrides
-    from tests.launch.tool_warm_start import warm_start
-
-    from trainctl.data.tools import write_arith_tool_data
+    """`trainctl train recipe=agent-arith-tiny-cpu` as a user runs it (model init tiny-tools, data prep arith-tools)."""
     from trainctl.metrics import read_metrics
-    from trainctl.models.tiny import init_tiny
     from trainctl.runtime import mcp_bridge as mb
-    from trainctl.runtime.tools import calculator
 
     step_s, gen_s, calls_per_step, wall = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = {**os.environ, "TRAINCTL_HOME": str(work / "home"), "TRAINCTL_CACHE": str(work / "cache")}
-        data = work / "data"
-        write_arith_tool_data(data, train_rows=512, test_rows=32)
         start = time.perf_counter()
-        rows = pq.read_table(data / "tool_sft" / "train.parquet").to_pylist()
-        model = warm_start(init_tiny(work / "tiny"), rows, work / "tiny-tools")
+        subprocess.run([TRAINCTL, "model", "init", "tiny-tools"], env=env, cwd=work, check=True, capture_output=True)
         warm_s = time.perf_counter() - start
+        subprocess.run([TRAINCTL, "data", "prep", "arith-tools"], env=env, cwd=work, check=True, capture_output=True)
         for i in range(n):
-            spec = mb.parse_server("calc", {"command": sys.executable, "args": [calculator.__file__]})
-            calls_dir = work / f"calls-{i}"
-            tools = mb.tool_config(mb.discover({"calc": spec}), timeout=10, call_log_dir=calls_dir)
-            tools_yaml = mb.write_tool_config(work / f"tools-{i}.yaml", tools)
-            argv = [TRAINCTL, "train", *agent_overrides(model, data, tools_yaml, work / f"rollouts-{i}")]
-            argv += [f"run.max_steps={STEPS}", f"run.name=agent-{i}"]
+            argv = [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.max_steps={STEPS}", f"run.name=agent-{i}"]
             start = time.perf_counter()
             proc = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
             wall.append(time.perf_counter() - start)
             if proc.returncode != 0:
                 raise RuntimeError(f"the agent GRPO run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-            metrics = read_metrics(work / "runs" / f"agent-{i}")
+            run = work / "runs" / f"agent-{i}"
+            metrics = read_metrics(run)
             for s in range(2, STEPS + 1):
                 step_s.append(metrics[s]["timing_s/step"])
                 gen_s.append(metrics[s]["timing_s/gen"])
-            calls = mb.read_call_logs(calls_dir)
-            calls_per_step.append(len(calls) / STEPS)
+            calls_per_step.append(len(mb.read_call_logs(run / "tools" / "calls")) / STEPS)
             print(f"  run {i + 1}: {wall[-1]:.0f}s, step {statistics.median(step_s[-(STEPS - 1) :]):.2f}s", flush=True)
-        sample = json.loads((work / "rollouts-0" / f"{STEPS}.jsonl").read_text().splitlines()[0])["output"]
+        sample = json.loads((work / "runs" / "agent-0" / "rollouts" / f"{STEPS}.jsonl").read_text().splitlines()[0])
     return [
         Row(
-            "agent GRPO step (tool loop, calculator over stdio)",
+            "agent GRPO step (recipe=agent-arith-tiny-cpu, calculator over stdio)",
             statistics.median(step_s),
             note=f"median over steps 2-{STEPS} of {n} run(s); rollout {statistics.median(gen_s):.2f}s of it; "
             f"{statistics.median(calls_per_step):.0f} tool calls per step",
         ),
         Row(f"whole agent run ({STEPS} steps, with Ray start-up)", statistics.median(wall), note=f"median of {n}"),
-        Row("warm start (150 SFT steps on tool demonstrations)", warm_s, note=f"a rollout: {sample[:90]!r}"),
+        Row(
+            "model init tiny-tools (150 SFT steps on tool demonstrations)",
+            warm_s,
+            note=f"a rollout: {sample['output'][:90]!r}",
+        ),
     ]
 
 

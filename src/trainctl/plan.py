@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, dpo, environment, files, lora, memory, ppo, reward, sft, types, values
+from trainctl.checks import data, dpo, environment, files, lora, memory, ppo, reward, sft, tools, types, values
 from trainctl.checks.base import Number, Subject
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
@@ -159,6 +159,7 @@ def make_plan(
     plan.problems += memory.checks(s)
     plan.problems += reward.checks(s)
     plan.problems += lora.checks(s)  # the lora group (issue 14)
+    plan.problems += tools.checks(s)  # issue 11
     if strict:
         plan.raise_for_errors()
     if not plan.errors:
@@ -172,6 +173,11 @@ def validate_natively(plan: Plan) -> None:
     """The backend's own validation (imports verl or TRL: seconds); raises on errors."""
     from trainctl.checks.native import validate
 
+    # issue 11: the MCP servers list their tools, the functions have schemas, the template renders them (seconds,
+    # before verl's own validation, which takes longer)
+    plan.problems += tools.probes(plan.subject)
+    plan.numbers += tools.numbers(plan.subject)
+    plan.raise_for_errors()
     # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
     plan.problems += validate(plan.subject, use_cache=plan.launching)
     plan.problems += reward.probes(plan.subject)  # the judge's endpoint answers

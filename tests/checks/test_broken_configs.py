@@ -469,7 +469,7 @@ CASES = [
         1,
         [
             "Error: data=hh-rlhf has no rl format (it has dpo, sft); algorithm=grpo reads rl data.",
-            "Hint: choose data=arith or data=gsm8k or data=math",
+            "Hint: choose data=arith or data=arith-tools or data=gsm8k or data=math",
         ],
     ),
     (

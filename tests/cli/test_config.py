@@ -9,7 +9,7 @@ def test_show_prints_the_trainctl_config(cli):
     result = cli("config", "show", "algorithm=grpo", "model=qwen3-8b", "run.epochs=3")
     assert result.exit_code == 0, result.output
     tree = yaml.safe_load(result.stdout)
-    assert list(tree)[:8] == ["algorithm", "model", "data", "reward", "hardware", "logger", "lora", "run"]
+    assert list(tree)[:9] == ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "lora", "run"]
     assert tree["model"]["name"] == "qwen3-8b" and tree["run"]["epochs"] == 3
     assert tree["verl"]["algorithm"]["adv_estimator"] == "grpo"
 
@@ -88,4 +88,5 @@ def test_show_still_refuses_what_cannot_be_composed(cli):
 def test_the_plan_header_names_the_loggers_really_used(cli):
     result = cli("train", "algorithm=grpo", "hardware=8gpu", "trainer.logger=[console,wandb]", "--dry-run")
     assert result.exit_code == 0, result.output
-    assert "loggers: console, wandb" in result.stdout
+    # the run's own metrics record (verl's file logger) is always added
+    assert "loggers: file, console, wandb" in result.stdout

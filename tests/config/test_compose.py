@@ -23,6 +23,7 @@ def test_shipped_groups_are_all_there():
     assert set(ALGORITHMS) >= {"sft", "dpo", "ppo", "grpo", "gspo", "dapo", "drgrpo", "rloo", "reinforce_pp", "remax"}
     assert set(HARDWARE) == {"cpu", "1gpu", "8gpu", "2x8gpu", "4x8gpu"}
     assert set(SEARCH.options("logger")) == {"console", "wandb", "tensorboard", "file", "mlflow"}
+    assert set(SEARCH.options("tools")) >= {"none", "calculator", "calculator-fn"}
     assert set(SEARCH.options("data")) >= {"gsm8k", "math", "hh-rlhf", "arith"}
     models = set(SEARCH.options("model"))
     assert {f"qwen2.5-{s}" for s in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b")} <= models
@@ -49,7 +50,7 @@ def test_every_recipe_validates(recipe, tiny_model):
     assert first == f"# trainctl train recipe={recipe}", "a recipe starts with the command that runs it"
 
 
-@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "hardware", "logger", "lora"])
+@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "lora"])
 def test_every_option_file_is_documented(group):
     from trainctl.config.search import describe
 

@@ -22,7 +22,9 @@ def test_declares_knows_trainctls_keys_from_the_backends():
     assert not declares("hardware.rollout_tp.x") and not declares("actor_rollout_ref.actor.optim.lr")
 
 
-@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "hardware", "logger", "lora", "recipe"])
+@pytest.mark.parametrize(
+    "group", ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "lora", "recipe"]
+)
 def test_every_shipped_option_loads_against_the_schema(group):
     for option in SearchPath.default().options(group):
         cfg = load([f"{group}={option}"]).cfg

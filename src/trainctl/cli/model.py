@@ -249,17 +249,19 @@ Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
   trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
+  trainctl model init tiny-tools           tiny, warm-started to call the calculator (~1 min): tools=calculator
 """
 )
 def init(
-    name: Annotated[str, typer.Argument(help="the model to build: tiny, or the reward model tiny-rm")],
+    name: Annotated[str, typer.Argument(help="the model to build: tiny, the reward model tiny-rm, or tiny-tools")],
     out: Annotated[
         Path | None, typer.Option("--out", help="where to write it (default: the model group's path)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if it is already there")] = False,
 ) -> None:
     """Build a tiny local model (tokenizer and random Qwen2 weights): tiny, the one the demo and the tests train, or
-    tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm)."""
+    tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm), or tiny-tools, tiny after a short
+    warm start on calculator calls (the agent recipe's model)."""
     from trainctl.config.load import load
     from trainctl.errors import TrainctlError
     from trainctl.models.tiny import BUILT, init_tiny
@@ -272,7 +274,7 @@ def init(
     target = out or Path(load([f"model={name}"]).cfg.model.path)
     existed = (target / "config.json").is_file()
     path = init_tiny(target, force=force, name=name)
-    what = "tiny reward model" if name == "tiny-rm" else "tiny model"
+    what = {"tiny-rm": "tiny reward model", "tiny-tools": "tiny tool-calling model"}.get(name, "tiny model")
     typer.echo(f"{'Already there' if existed and not force else 'Built'}: {what} at {path}")
 
 

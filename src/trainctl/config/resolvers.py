@@ -108,6 +108,25 @@ def _as_list(value):
     return [value] if isinstance(value, str) else value
 
 
+def _tools(tools, run_dir, field):
+    from trainctl.config.tools import verl_value
+
+    tools = OmegaConf.to_container(tools, resolve=True) if OmegaConf.is_config(tools) else tools
+    return _opt(verl_value(tools, run_dir, field))
+
+
+def _builtin_tool(name):
+    from trainctl.config.tools import builtin_tool
+
+    return builtin_tool(name)
+
+
+def _python():
+    from trainctl.config.tools import python
+
+    return python()
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -134,6 +153,9 @@ _RESOLVERS = {
     "tc.if_rm_servers": _if_rm_servers,
     "tc.reward_manager": _reward_manager,
     "tc.reward_settings": _reward_settings,
+    "tc.tools": _tools,
+    "tc.builtin_tool": _builtin_tool,
+    "tc.python": _python,
 }
 
 

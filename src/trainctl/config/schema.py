@@ -101,6 +101,9 @@ class Generate:
     train_rows: int = doc("rows in the generated train split", ge=1)
     test_rows: int = doc("rows in the generated test split", ge=1)
     seed: int = opt("seed of the generator", 0, ge=0)
+    tool: Literal["calculator"] | None = opt(
+        "rows that use this tool: rl rows for verl's tool agent loop, sft rows demonstrating a call (null: none)"
+    )
 
 
 @dataclass
@@ -188,6 +191,59 @@ class Reward:
     )
 
 
+# --- tools (issue 11): multi-turn tool calling through verl's tool agent loop ---------------------------------
+
+
+@dataclass
+class ToolServer:
+    """One MCP server, as in an mcpServers file; its key under tools.servers is its name."""
+
+    transport: Literal["stdio", "sse", "http"] = opt(
+        "stdio (the run starts `command` and talks over its stdin/stdout), sse or http (streamable HTTP): reach `url`",
+        "stdio",
+    )
+    command: str | None = opt("stdio: the program that starts the server, e.g. python or npx")
+    args: list[str] = opt("stdio: its arguments", [])
+    cwd: str | None = opt("stdio: the folder it starts in (null: the run's)")
+    url: str | None = opt("sse/http: where it answers, e.g. http://127.0.0.1:8001/sse or http://127.0.0.1:8001/mcp")
+    env: list[str] = opt(
+        "stdio: NAMES of environment variables the server gets (their values are read from the environment when "
+        "the server starts, never saved or logged; headers with secrets for sse/http: use tools.servers_file)",
+        [],
+    )
+    tools: list[str] | None = opt("the server's tools the model may call (null: every tool it lists)")
+
+
+@dataclass
+class Tools:
+    """Tools the model may call during RL rollouts (PPO family): MCP servers and Python functions."""
+
+    name: str = doc("the tools option's name")
+    servers: dict[str, ToolServer] = opt("MCP servers by name (tools.servers.NAME.command=...)", {})
+    servers_file: str | None = opt(
+        "an mcpServers JSON file (Claude Desktop / MCP Inspector format): its servers are added to tools.servers"
+    )
+    functions: list[str] = opt(
+        "Python function tools: path/to/file.py:function or package.module:function (schema from the signature "
+        "and the Google-style docstring)",
+        [],
+    )
+    format: str = opt(
+        "how the model writes a tool call, verl's parser name: hermes (<tool_call>{json}</tool_call>)", "hermes"
+    )
+    max_assistant_turns: int = opt("model turns per trajectory (the first answer included)", 4, ge=1)
+    max_tool_turns: int | None = opt("turns of tool results per trajectory (null: max_assistant_turns - 1)", ge=1)
+    max_parallel_calls: int = opt("tool calls run from one model turn; more are ignored", 1, ge=1)
+    max_tool_response_length: int = opt("characters of a tool result the model sees (cut in the middle)", 256, ge=1)
+    call_timeout_s: float = opt("seconds a tool call may take; then the model reads an error and goes on", 30.0, gt=0)
+    connect_timeout_s: float = opt("seconds an MCP server may take to start or answer its first request", 60.0, gt=0)
+    session: Literal["shared", "trajectory"] = opt(
+        "shared (one MCP session per server and worker process) or trajectory (a fresh one per trajectory, for "
+        "servers that keep per-client state)",
+        "shared",
+    )
+
+
 @dataclass
 class Hardware:
     name: str = doc("the hardware option's name")
@@ -265,6 +321,7 @@ class Config:
     data: Data
     reward: Reward
     hardware: Hardware
+    tools: Tools
     logger: Logger
     lora: Lora
     verl: dict = field(default_factory=dict)
@@ -284,7 +341,18 @@ class Config:
 
 
 # the trainctl sections, in the order a person reads them
-SECTIONS: tuple[str, ...] = ("algorithm", "model", "data", "reward", "hardware", "logger", "lora", "run", "paths")
+SECTIONS: tuple[str, ...] = (
+    "algorithm",
+    "model",
+    "data",
+    "reward",
+    "tools",
+    "hardware",
+    "logger",
+    "lora",
+    "run",
+    "paths",
+)
 BACKEND_NODES: tuple[str, ...] = ("verl", "trl")
 
 # keys that moved: old key -> (new key, the overrides that set it; {value} is the old key's value)
@@ -320,12 +388,17 @@ def declares(key: str) -> bool:
     if head not in SECTIONS:
         return False
     cls: type | None = section_class(head)
+    skip_name = False
     for part in rest:
         if cls is None:
             return True  # under a declared mapping field: any key
+        if skip_name:  # the name of an entry in a dict[str, Cls] field: any name
+            skip_name = False
+            continue
         hints = type_hints(cls)
         if part not in hints:
             return False
+        skip_name = _entry_type(hints[part]) is not None
         cls = _dataclass_type(hints[part])
         if cls is None and typing.get_origin(hints[part]) is None and hints[part] is not dict:
             # a scalar field: nothing below it
@@ -341,9 +414,23 @@ def from_dict(cls: type, data: dict) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
+        entries = _entry_type(hints[f.name])
+        if entries is not None and isinstance(value, dict):  # dict[str, Cls]: each entry a Cls
+            kwargs[f.name] = {k: from_dict(entries, v) if isinstance(v, dict) else v for k, v in value.items()}
+            continue
         target = _dataclass_type(hints[f.name])
         kwargs[f.name] = from_dict(target, value) if target is not None and isinstance(value, dict) else value
     return cls(**kwargs)
+
+
+def _entry_type(annotation: Any) -> type | None:
+    """Cls for a `dict[str, Cls]` annotation (a mapping of named sections), else None."""
+    for a in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(a) is dict:
+            args = typing.get_args(a)
+            if len(args) == 2 and isinstance(args[1], type) and dataclasses.is_dataclass(args[1]):
+                return args[1]
+    return None
 
 
 def _dataclass_type(annotation: Any) -> type | None:
@@ -367,6 +454,10 @@ def keys(section: str | None = None) -> list[tuple[str, str, str]]:
         hints = type_hints(cls)
         for name, info in schema.fields.items():
             key = f"{prefix}.{name}"
+            if _entry_type(hints[name]) is not None:
+                out.append((key, "a mapping of NAME: entries", info.doc))
+                visit(_entry_type(hints[name]), f"{key}.NAME")
+                continue
             nested = _dataclass_type(hints[name])
             if nested is not None:
                 visit(nested, key)

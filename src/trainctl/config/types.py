@@ -457,6 +457,14 @@ def _dataclass_member(spec: Spec) -> str | None:
     return None
 
 
+def _dataclass_entries(spec: Spec) -> str | None:
+    """The dataclass a mapping field's values are (dict[str, Cls], possibly optional), else None."""
+    for member in spec.of if spec.kind == "union" else (spec,):
+        if member.kind == "dict" and member.of and member.of[0].kind == "dataclass":
+            return member.of[0].name
+    return None
+
+
 def check_tree(
     tree: Mapping,
     schema: ClassSchema,
@@ -490,6 +498,15 @@ def check_tree(
             sub = schemas.get(str(value.get("_target_") or "")) or schemas.get(nested)
             if sub is not None:
                 issues += check_tree(value, sub, schemas, p, report, required)
+            continue
+        entries = _dataclass_entries(info.spec)
+        if entries and isinstance(value, Mapping) and entries in schemas:
+            # a mapping of named sections (tools.servers.NAME): each entry against its dataclass
+            for name, entry in value.items():
+                if isinstance(entry, Mapping):
+                    issues += check_tree(entry, schemas[entries], schemas, f"{p}.{name}", report, required)
+                elif report(p):  # reported at the field, which the owner's schema declares
+                    issues.append(Issue(p, {name: entry}, "type", describe(info.spec), owner=schema.name))
             continue
         if isinstance(value, str) and (value == "???" or "${" in value):
             continue  # MISSING (verl's own "set me" marker) or an interpolation the backend resolves

@@ -96,6 +96,8 @@ def prepare(
     target_dir = Path(out or data.dir).expanduser()
     summary = Summary()
     generate = data.source.generate
+    if generate and generate.tool:
+        return _prepare_tool_rows(data, target_dir, summary, limit)
     for split in ("train", "test"):
         targets = {
             fmt: (
@@ -117,4 +119,23 @@ def prepare(
             rows = _rows(data, split, from_, source, limit)
             items = examples_from(rows, columns=src.columns, parser=PARSERS.get(src.parser or ""))
         write_formats(items, targets, summary, limit=limit, progress=progress)
+    return summary
+
+
+def _prepare_tool_rows(data: Data, target_dir: Path, summary: Summary, limit: int | None) -> Summary:
+    """Generated rows that use a tool (arith-tools): rl rows for verl's tool agent loop, sft demonstrations."""
+    from itertools import islice
+
+    from trainctl.data.tools import arith_rows
+    from trainctl.data.writer import write_rows
+
+    generate = data.source.generate
+    for split in ("train", "test"):
+        n = getattr(generate, f"{split}_rows")
+        for fmt in data.formats:
+            if fmt not in ("rl", "sft"):
+                raise DataError(f"data={data.name}: tool rows come in the rl and sft formats, not {fmt}.")
+            out = target_dir / fmt / f"{split}.parquet"
+            rows = arith_rows(f"tool_{fmt}", split, n, generate.seed)
+            summary.written[str(out)] = write_rows(out, islice(rows, limit) if limit else rows)
     return summary

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from trainctl.backends.base import JOB_CONFIG_DIR, Command
 from trainctl.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ConfigProblems, Problem, TrainctlError
-from trainctl.launch import ray_jobs
+from trainctl.launch import ray_jobs, tools
 from trainctl.launch.process import Supervisor
 from trainctl.launch.rundir import RunDir, relative
 from trainctl.plan import Plan
@@ -64,6 +64,7 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
     if plan.cfg.family == "ppo":
         env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
+    env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)
@@ -281,6 +282,7 @@ def launch(
             return RunResult(run.path, "finished", 0, notes=notes)
 
     run.write_config(plan, args)
+    tools.write_tool_config(plan)  # <run>/tools.yaml, issue 11
     attempt_n = len(run.status()["attempts"]) + 1
     command = full_command(plan, attempt_n)
     if resume and plan.backend.name == "trl-dpo":

@@ -185,7 +185,7 @@ def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
     return model
 
 
-BUILT = ("tiny", "tiny-rm")
+BUILT = ("tiny", "tiny-rm", "tiny-tools")
 
 
 def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
@@ -204,6 +204,15 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
     tok.save_pretrained(tmp)
     hf_logging.disable_progress_bar()
     model.save_pretrained(tmp, safe_serialization=True)
+    if name == "tiny-tools":
+        # the tiny model taught to call the calculator (trainctl.models.tool_warm_start)
+        from trainctl.models.tool_warm_start import init_tiny_tools
+
+        base = tmp.with_name(f".{out.name}.base")
+        shutil.rmtree(base, ignore_errors=True)
+        tmp.rename(base)
+        init_tiny_tools(base, tmp)
+        shutil.rmtree(base)
     atomic_write_text(
         tmp / "trainctl-model.json", json.dumps({"name": name, "source": f"trainctl model init {name}"}) + "\n"
     )

@@ -5,7 +5,8 @@ ranks, Ray workers). This module does nothing unless trainctl launched the proce
 trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run trainctl launched (TRAINCTL_LAUNCHED=1)
 without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
 trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
-TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics).
+TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics) and the tool metrics when TRAINCTL_TOOL_CALLS is
+set (trainctl.runtime.tool_metrics).
 """
 
 import os
@@ -15,6 +16,12 @@ if os.environ.get("TRAINCTL_REWARD_KIND"):
     from trainctl.runtime.reward_metrics import install as _install_reward_metrics
 
     _install_reward_metrics()
+
+if os.environ.get("TRAINCTL_TOOL_CALLS"):
+    # tool metrics in the training log (trainctl.runtime.tool_metrics): runs with tools, GPU runs too
+    from trainctl.runtime.tool_metrics import install as _install_tool_metrics
+
+    _install_tool_metrics()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:

@@ -93,6 +93,8 @@ def calculate(expression: str) -> str:
 def _append_log(path: str | None, record: dict) -> None:
     if not path:
         return
+    # the log's folder may not exist yet (a run's tools/ folder): a call must not fail for it
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # one write of one line: concurrent servers appending to the same file do not interleave lines
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
