@@ -36,3 +36,11 @@ def test_parsed_values_are_typed():
     assert ov["d"].op == "add" and ov["d"].value == "x y"
     assert ov["e"].op == "delete"
     assert ov["f"].value is None
+
+
+def test_a_malformed_override_never_shows_a_value_assigned_inside_it(cli):
+    """An env list written with values (NAME=secret) is malformed for Hydra; the message names it without them."""
+    result = cli("config", "validate", "tools=calculator", "tools.servers.calculator.env=[MY_TOKEN=abc123secret]")
+    assert result.exit_code == 2, result.output
+    assert "abc123secret" not in result.output
+    assert "malformed override 'tools.servers.calculator.env=[MY_TOKEN=***]'" in result.stderr

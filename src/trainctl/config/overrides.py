@@ -55,6 +55,16 @@ def _not_an_override(word: str, search: SearchPath | None) -> UsageError:
     return UsageError(f"'{word}' is not an override.", hint=hint)
 
 
+# NAME=value inside an override's value (e.g. an env list written as [HF_TOKEN=hf_...]): the value may be a secret
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([^,\]\s']+)")
+
+
+def _without_assignments(text: str, after_key: bool = True) -> str:
+    """The text with every NAME=value (after the override's own key=) shown as NAME=***."""
+    key, eq, value = text.partition("=") if after_key else ("", "", text)
+    return key + eq + _ASSIGNMENT.sub(r"\1=***", value)
+
+
 def parse_one(raw: str, search: SearchPath | None = None):
     """Parse one override with Hydra's grammar; a malformed one is a UsageError that says how to write it."""
     from hydra.errors import HydraException
@@ -66,7 +76,7 @@ def parse_one(raw: str, search: SearchPath | None = None):
     except HydraException as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else "cannot be parsed"
         raise UsageError(
-            f"malformed override '{raw}': {reason}.",
+            f"malformed override '{_without_assignments(raw)}': {_without_assignments(reason, after_key=False)}.",
             hint="write key=value; quote values with spaces or special characters: key='a b', "
             "lists as key=[a,b], several values to sweep with -m: key=a,b",
         ) from None
