@@ -62,15 +62,15 @@ def _users_files(work: Path, home: Path) -> None:
 def commands() -> list[str]:
     """Every command line of the README's shell blocks, in order (continuations joined, comments and outputs
     dropped, `a && b` split)."""
-    found, block, lines = [], False, README.read_text().splitlines()
+    found, fence, lines = [], None, README.read_text().splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
         i += 1
         if line.startswith("```"):
-            block = not block and line.strip() in ("```", "```bash", "```sh", "```shell")
+            fence = line.strip()[3:] if fence is None else None  # the block's language while inside one
             continue
-        if not block:
+        if fence not in ("", "bash", "sh", "shell"):
             continue
         # a command starts with make or trainctl, maybe after VAR=value words; anything else is shown output
         if not _COMMAND.match(line):
