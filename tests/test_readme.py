@@ -21,6 +21,8 @@ def examples() -> list[tuple[str, str, str]]:
             continue
         command = line.split("#")[0]
         for metric in _METRIC.findall(command):
+            if metric.startswith("eval/"):
+                continue  # written by `trainctl eval`, not by training: the README tour runs that example
             for run in re.findall(r"runs/([\w.-]+)", command):
                 found.append((line, run, metric))
     return found
