@@ -56,7 +56,7 @@ GPU_TORCH_SPEC ?= torch==2.11.0
 test-gpu: ## on a GPU machine: install the gpu extra (vLLM) in .venv-gpu, then run the gpu tests
 	$(MAKE) install VENV=$(GPU_VENV) TORCH_SPEC="$(GPU_TORCH_SPEC)"
 	$(GPU_VENV)/bin/python -m pip install -q -c $(GPU_VENV)/constraints.txt -e '.[gpu,test]'
-	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu -rs $(PYTEST_ARGS)
+	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu -rs -n 0 $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: $(STAMP) ## run the benchmarks (medians of several runs; see benchmarks/README.md)

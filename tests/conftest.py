@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-# real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run)
+from tests.real_runs import once
+
+# real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run, ...)
 pytest_plugins = ["tests.real_runs"]
 
 # Credentials and cluster addresses from the developer's shell must not leak into tests.
@@ -42,31 +44,35 @@ def isolated(tmp_path, monkeypatch, session_dir) -> Path:
     return home
 
 
+# The tiny models and the arith data are made once for the session, shared by every pytest-xdist worker (once()):
+# the shared runs train from them, and tests compare those runs' weights with them.
 @pytest.fixture(scope="session")
-def tiny_model_dir(session_dir) -> Path:
+def tiny_model_dir(tmp_path_factory) -> Path:
     from trainctl.models.tiny import init_tiny
 
-    return init_tiny(session_dir / "models" / "tiny")
+    return once(tmp_path_factory, "tiny-model", lambda d: init_tiny(d / "tiny"))
 
 
 @pytest.fixture(scope="session")
-def tiny_reward_model_dir(session_dir) -> Path:
+def tiny_reward_model_dir(tmp_path_factory) -> Path:
     """A tiny reward model: the tiny model's tokenizer and shape, random weights, a one-label classification head."""
     from trainctl.models.tiny import init_tiny
 
-    return init_tiny(session_dir / "models" / "tiny-rm", name="tiny-rm")
+    return once(tmp_path_factory, "tiny-rm-model", lambda d: init_tiny(d / "tiny-rm", name="tiny-rm"))
 
 
 @pytest.fixture(scope="session")
-def arith_data_dir(session_dir) -> Path:
+def arith_data_dir(tmp_path_factory) -> Path:
     from trainctl.data.arith import rows
     from trainctl.data.writer import write_rows
 
-    d = session_dir / "data" / "arith"
-    for fmt in ("rl", "sft", "dpo"):
-        for split, n in (("train", 512), ("test", 64)):
-            write_rows(d / fmt / f"{split}.parquet", rows(fmt, split, n, 0))
-    return d
+    def make(d: Path) -> Path:
+        for fmt in ("rl", "sft", "dpo"):
+            for split, n in (("train", 512), ("test", 64)):
+                write_rows(d / fmt / f"{split}.parquet", rows(fmt, split, n, 0))
+        return d
+
+    return once(tmp_path_factory, "arith-data", make)
 
 
 @pytest.fixture

@@ -9,23 +9,59 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pickle
 import pty
 import struct
 import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+T = TypeVar("T")
+
 REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
+# the eval tests compare `trainctl eval` with the GRPO run's own validation, sample for sample: a reward that moves
+# with any change of a response's text (tests/eval/text_reward.py)
+TEXT_REWARD = Path(__file__).parent / "eval" / "text_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
 FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
 FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """The session's base folder, the same for every pytest-xdist worker (each has its own basetemp below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
+    """`make(folder)` once per test session, by whichever pytest-xdist worker asks first; the others wait for it and
+    get the same value (pickled) or the same failure. `folder` is new, in the folder every worker shares."""
+    from filelock import FileLock
+
+    base = shared_dir(tmp_path_factory)
+    done = base / f"{name}.pickle"
+    with FileLock(base / f"{name}.lock"):
+        if not done.is_file():
+            try:
+                value = make(base / name)
+            except Exception as e:
+                done.write_bytes(pickle.dumps(("failed", f"{type(e).__name__}: {e}")))
+                raise
+            done.write_bytes(pickle.dumps(("ok", value)))
+            return value
+        kind, value = pickle.loads(done.read_bytes())
+    if kind == "failed":
+        pytest.fail(f"{name}, made once for the session by another worker, failed: {value}"[:8000])
+    return value
 
 
 @dataclass
@@ -98,45 +134,95 @@ def train(home: Home, name: str, *args: str, terminal: bool = False, expect: int
 
 
 @pytest.fixture(scope="session")
-def real_home(tmp_path_factory, tiny_model_dir, arith_data_dir, session_dir) -> Home:
-    """A trainctl home with the tiny model and the arith data in place, outside every run's working directory."""
+def real_home(tmp_path_factory, tiny_model_dir, arith_data_dir) -> Home:
+    """A trainctl home with the tiny model and the arith data in place, outside every run's working directory; one
+    for the session, whichever pytest-xdist worker made it."""
     import shutil
 
-    root = tmp_path_factory.mktemp("real")
-    shutil.copytree(tiny_model_dir, root / "home" / "models" / "tiny")
-    shutil.copytree(arith_data_dir, root / "home" / "data" / "arith")
-    return Home(root, session_dir / "cache")
+    def make(root: Path) -> Home:
+        shutil.copytree(tiny_model_dir, root / "home" / "models" / "tiny")
+        shutil.copytree(arith_data_dir, root / "home" / "data" / "arith")
+        return Home(root, root / "cache")
+
+    return once(tmp_path_factory, "real", make)
+
+
+def shared_train(tmp_path_factory, home: Home, name: str, *args: str, **kwargs) -> RealRun:
+    """train(...) once for the session, whichever pytest-xdist worker asks first."""
+    return once(tmp_path_factory, f"{name}-run", lambda _: train(home, name, *args, **kwargs))
 
 
 @pytest.fixture(scope="session")
-def sft_run(real_home) -> RealRun:
+def sft_run(real_home, tmp_path_factory) -> RealRun:
     """verl SFT, 4 steps, checkpoints and validation at 2 and 4, logger=console, in a terminal (the live view)."""
-    return train(real_home, "sft", *FAST_SFT, "run.save_every=2", "run.val_every=2", "logger=console", terminal=True)
+    return shared_train(
+        tmp_path_factory, real_home, "sft", *FAST_SFT, "run.save_every=2", "run.val_every=2", "logger=console",
+        terminal=True,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
-def grpo_run(real_home) -> RealRun:
-    """verl main_ppo GRPO, 2 steps, checkpoints at 1 and 2, logger=console, in a terminal (the live view)."""
-    return train(real_home, "grpo", *FAST_RL, "run.save_every=1", "logger=console", terminal=True)
+def grpo_run(real_home, tmp_path_factory) -> RealRun:
+    """verl main_ppo GRPO, 2 steps, checkpoints at 1 and 2, logger=console, in a terminal (the live view); verl
+    validates before training and after each step and dumps its validation samples to validation_dir(grpo_run)."""
+    return shared_train(
+        tmp_path_factory, real_home, "grpo", *FAST_RL, f"reward.fn={TEXT_REWARD}:compute_score", "run.save_every=1",
+        "run.val_every=1", f"trainer.validation_data_dir={real_home.root / 'grpo-validation'}", "logger=console",
+        terminal=True,
+    )  # fmt: skip
+
+
+def validation_dir(run: RealRun) -> Path:
+    """Where the session's GRPO run dumped verl's validation samples (one {step}.jsonl per validation)."""
+    return run.work.parent / f"{run.path.name}-validation"
 
 
 @pytest.fixture(scope="session")
-def dpo_run(real_home) -> RealRun:
+def dpo_run(real_home, tmp_path_factory) -> RealRun:
     """TRL DPO, 16 steps, checkpoints at 8 and 16, logger=console, stdout a pipe (plain progress lines)."""
-    return train(real_home, "dpo", *FAST_DPO, "run.save_every=8", "logger=console", TRAINCTL_PROGRESS_EVERY="0")
+    return shared_train(
+        tmp_path_factory, real_home, "dpo", *FAST_DPO, "run.save_every=8", "logger=console",
+        TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
-def wandb_run(real_home) -> RealRun:
-    """verl SFT, 3 steps, logged to wandb (offline) and TensorBoard besides the run folder; stdout a pipe."""
-    return train(
-        real_home, "wb", *FAST_SFT, "run.max_steps=3", "logger=[wandb,tensorboard]", TRAINCTL_PROGRESS_EVERY="0"
+def sft_ws2_run(real_home, tmp_path_factory) -> RealRun:
+    """verl SFT as sft_run but with two processes (world size 2): sharded checkpoints at 2 and 4; stdout a pipe."""
+    return shared_train(
+        tmp_path_factory, real_home, "sft-ws2", *FAST_SFT, "hardware.gpus_per_node=2", "run.save_every=2",
+        "run.val_every=2",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def dpo_lora_run(real_home, tmp_path_factory) -> RealRun:
+    """TRL DPO with lora=r8 (rank 8, alpha 16), 16 steps, adapter checkpoints at 8 and 16; stdout a pipe."""
+    return shared_train(
+        tmp_path_factory, real_home, "dpo-lora", *FAST_DPO, "lora=r8", "run.save_every=8", TRAINCTL_PROGRESS_EVERY="0"
     )
 
 
 @pytest.fixture(scope="session")
-def failed_run(real_home) -> RealRun:
+def wandb_run(real_home, tmp_path_factory) -> RealRun:
+    """verl SFT, 3 steps, logged to wandb (offline) and TensorBoard besides the run folder; stdout a pipe."""
+    return shared_train(
+        tmp_path_factory, real_home, "wb", *FAST_SFT, "run.max_steps=3", "logger=[wandb,tensorboard]",
+        TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def failed_run(real_home, tmp_path_factory) -> RealRun:
     """verl SFT whose dataset class raises once the trainer has started: trainctl exits 3."""
-    boom = real_home.root / "boom.py"
-    boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n")
-    return train(real_home, "boom", *FAST_SFT, f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom", expect=3)
+
+    def make(_: Path) -> RealRun:
+        boom = real_home.root / "boom.py"
+        boom.write_text(
+            "class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n"
+        )
+        return train(
+            real_home, "boom", *FAST_SFT, f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom", expect=3
+        )
+
+    return once(tmp_path_factory, "boom-run", make)

@@ -4,17 +4,10 @@ adapter laid out the ART way. Tests copy what they damage."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
-SFT += ["run.save_every=2", "run.val_every=2"]
-DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=4", "run.save_every=2"]
 
 
 @pytest.fixture(scope="session")
@@ -27,40 +20,17 @@ def made(tmp_path_factory, tiny_model_dir, arith_data_dir) -> Path:
     return root
 
 
-def _train(made: Path, *overrides: str) -> None:
-    env = {
-        **os.environ,
-        "TRAINCTL_HOME": str(made / "home"),
-        "TRAINCTL_CACHE": str(made / "cache"),
-        "HOME": str(made),
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-    }
-    for var in ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN"):
-        env.pop(var, None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainctl", "train", *overrides],
-        cwd=made / "work",
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+@pytest.fixture(scope="session")
+def sft_runs(sft_run, sft_ws2_run) -> dict[int, Path]:
+    """world size -> a verl SFT run folder with global_step_2 and global_step_4: the session's shared SFT runs
+    (tests/real_runs.py)."""
+    return {1: sft_run.path, 2: sft_ws2_run.path}
 
 
 @pytest.fixture(scope="session")
-def sft_runs(made, sft_run) -> dict[int, Path]:
-    """world size -> a verl SFT run folder with global_step_2 and global_step_4 (world size 1: the session's shared
-    SFT run, tests/real_runs.py)."""
-    _train(made, *SFT, "hardware.gpus_per_node=2", "run.name=sft-ws2")
-    return {1: sft_run.path, 2: made / "work" / "runs" / "sft-ws2"}
-
-
-@pytest.fixture(scope="session")
-def dpo_runs(made, dpo_run) -> dict[str, Path]:
-    """full: the session's shared DPO run (checkpoint-8 and -16); lora: checkpoint-2 and -4."""
-    _train(made, *DPO, "lora=r16", "run.name=dpo-lora")
-    return {"full": dpo_run.path, "lora": made / "work" / "runs" / "dpo-lora"}
+def dpo_runs(dpo_run, dpo_lora_run) -> dict[str, Path]:
+    """The session's shared DPO runs: full and lora=r8, each with checkpoint-8 and -16."""
+    return {"full": dpo_run.path, "lora": dpo_lora_run.path}
 
 
 def make_adapter(base: Path, out: Path, seed: int, zero: bool = False) -> Path:

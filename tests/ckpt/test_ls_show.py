@@ -25,9 +25,9 @@ def test_ls_a_verl_sft_run(cli, sft_runs):
 def test_ls_trl_checkpoints_with_trainer_state_metrics(cli, dpo_runs):
     result = cli("ckpt", "ls", str(dpo_runs["lora"]), "-m", "train/loss")  # the run folder: trainctl's metrics
     assert result.exit_code == 0, result.output
-    assert "hf-trainer" in result.stdout and "checkpoint-4" in result.stdout
-    row = next(line for line in result.stdout.splitlines() if "checkpoint-4" in line)
-    assert "adapter" in row and "16/32" in row and "train/loss=" in row
+    assert "hf-trainer" in result.stdout and "checkpoint-16" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if "checkpoint-16" in line)
+    assert "adapter" in row and "8/16" in row and "train/loss=" in row
     # TRL's own output folder, without trainctl's run files: metrics come from trainer_state.json
     full = list_checkpoints(dpo_runs["full"] / "checkpoints")
     assert full.checkpoints[-1].part().holds[0] == "hf-weights"

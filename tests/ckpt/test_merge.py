@@ -122,11 +122,11 @@ def _peft_reference(base, adapter):
 
 
 def test_merge_trl_lora_folds_the_adapter(cli, dpo_runs, tiny_model_dir, tmp_path):
-    step = dpo_runs["lora"] / "checkpoints" / "checkpoint-4"
+    step = dpo_runs["lora"] / "checkpoints" / "checkpoint-16"
     out = tmp_path / "dpo-lora"
     result = cli("ckpt", "merge", str(step), "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert "LoRA r=16 alpha=32 folded into" in result.stderr and "LoRA changed" in result.stdout
+    assert "LoRA r=8 alpha=16 folded into" in result.stderr and "LoRA changed" in result.stdout
     merged, _ = _load(out)
     reference = _peft_reference(tiny_model_dir, step).state_dict()
     base, _ = _load(tiny_model_dir)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.eval.conftest import REWARD, REWARD_ARGS
+from tests.real_runs import validation_dir
 from trainctl.eval.passk import pass_at_k
 from trainctl.metrics import read_jsonl, read_metrics
 
@@ -69,10 +70,15 @@ def test_eval_with_the_rule_reward_scores_with_verls_gsm8k_scorer(cli, tiny_mode
 
 
 def test_greedy_eval_of_each_checkpoint_agrees_with_verls_validation_and_ckpt_best_picks_the_best(
-    cli, grpo_run, tiny_model, arith_data
+    cli, grpo_run, tiny_model, arith_data, tmp_path
 ):
     """verl validates with val_kwargs (temperature 0: greedy, n=1) through the same rollout and reward manager;
     eval's defaults are those settings, so each step's score must be the one verl logged, sample for sample."""
+    import shutil
+
+    validation = validation_dir(grpo_run)
+    # eval writes into the run folder: a copy, since the session's run is shared
+    grpo_run = shutil.copytree(grpo_run.path, tmp_path / "grpo")
     result = cli("eval", str(grpo_run), "--each-checkpoint")
     assert result.exit_code == 0, result.output[-3000:]
     lines = result.stdout.splitlines()
@@ -83,7 +89,6 @@ def test_greedy_eval_of_each_checkpoint_agrees_with_verls_validation_and_ckpt_be
     logged = read_metrics(grpo_run)
     scores = read_jsonl(grpo_run / "eval" / "metrics.jsonl")
     assert sorted(scores) == [0, 1, 2]
-    validation = grpo_run.parent.parent.parent / "validation"
     for step in (0, 1, 2):
         assert scores[step]["eval/arith/acc"] == pytest.approx(logged[step]["val-core/openai/gsm8k/acc/mean@1"])
         assert scores[step]["eval/arith/reward"] == pytest.approx(logged[step]["val-aux/openai/gsm8k/reward/mean@1"])
@@ -107,7 +112,7 @@ def test_greedy_eval_of_each_checkpoint_agrees_with_verls_validation_and_ckpt_be
 
 def test_sampled_eval_reports_unbiased_pass_at_k(cli, grpo_run, tiny_model, arith_data, tmp_path):
     out = tmp_path / "out"
-    ckpt = grpo_run / "checkpoints" / "global_step_2"
+    ckpt = grpo_run.path / "checkpoints" / "global_step_2"
     result = cli("eval", str(ckpt), "n=4", "temperature=1.0", "seed=3", "--limit", "16", "--out", str(out))
     assert result.exit_code == 0, result.output[-3000:]
     assert "pass@4" in result.stdout and "pass@2" in result.stdout

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tests.launch.conftest import FAST_DPO, FAST_SFT
-from tests.launch.test_ppo import FAST_RL
+from tests.launch.conftest import FAST_SFT
 from trainctl.metrics import read_metrics, series
 
 
@@ -74,10 +73,8 @@ def test_sft_with_lora(cli, ready, tmp_path):
     _list_merge_generate(cli, run, tmp_path / "merged", base)
 
 
-def test_dpo_with_lora(cli, ready, tmp_path):
-    result = cli("train", *FAST_DPO, "lora=r8", "run.name=dpo-lora")
-    assert result.exit_code == 0, result.output[-4000:]
-    run = tmp_path / "work" / "runs" / "dpo-lora"
+def test_dpo_with_lora(cli, ready, tmp_path, dpo_lora_run):
+    run = dpo_lora_run.path  # the session's shared run (tests/real_runs.py)
     losses = [v for _, v in series(read_metrics(run), "train/loss")]
     assert len(losses) == 16 and sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.02, losses
     final = run / "checkpoints" / "checkpoint-16"
@@ -101,12 +98,11 @@ def _prob_change(model, base_path: Path, text: str = "What is 12 + 30? ####") ->
         return float((model(ids).logits.softmax(-1) - base(ids).logits.softmax(-1)).abs().max())
 
 
-def test_grpo_with_lora_syncs_adapters_to_the_rollout(cli, ready, tmp_path):
-    # a learning rate that moves the policy far in one step, so that a rollout ignoring the adapters would show
-    lr = "actor_rollout_ref.actor.optim.lr=2e-2"
-    result = cli("train", *FAST_RL, "algorithm=grpo", "lora=r8", lr, "run.name=grpo-lora")
-    assert result.exit_code == 0, result.output[-4000:]
-    run = tmp_path / "work" / "runs" / "grpo-lora"
+def test_grpo_with_lora_syncs_adapters_to_the_rollout(cli, ready, tmp_path, model_run):
+    # the reward-model run (tests/launch/conftest.py) is GRPO with lora=r8 and a learning rate that moves the policy
+    # far in one step, so that a rollout ignoring the adapters would show
+    assert model_run.result.exit_code == 0, model_run.result.output[-4000:]
+    run = model_run.dir
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2], sorted(metrics)
     for step in (1, 2):

@@ -22,10 +22,12 @@ EXTRA = {
 SLOW = pytest.mark.slow
 
 
+# grpo (the session's shared run) and ppo (the critic) run by default; the others differ from them in verl's loss and
+# advantage code, which trainctl's translation reaches through keys the golden configs and validation tests check
 @pytest.mark.parametrize(
     "algorithm",
-    ["grpo", "ppo", "dapo", "gspo"]
-    + [pytest.param(a, marks=SLOW) for a in ("rloo", "reinforce_pp", "remax", "drgrpo")],
+    ["grpo", "ppo"]
+    + [pytest.param(a, marks=SLOW) for a in ("dapo", "gspo", "rloo", "reinforce_pp", "remax", "drgrpo")],
 )
 def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path, request):
     if algorithm == "grpo":
@@ -35,7 +37,8 @@ def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path, request):
         assert result.exit_code == 0, result.output[-4000:]
         run = tmp_path / "work" / "runs" / algorithm
     metrics = read_metrics(run)
-    assert sorted(metrics) == [1, 2], sorted(metrics)
+    # the shared GRPO run also validates before training (step 0), for the eval tests
+    assert sorted(metrics) == ([0, 1, 2] if algorithm == "grpo" else [1, 2]), sorted(metrics)
     for key in [
         "critic/score/mean",
         "reward/fn/std",

@@ -1,23 +1,19 @@
 """reward=model and reward=judge for real on CPU: verl.trainer.main_ppo (GRPO, tiny model, 2 steps), one run per
-kind shared by the tests of this module. The reward model is the tiny one built by a fixture; the judge is the tiny
-model behind an OpenAI-compatible server on 127.0.0.1 (tests/launch/judge_server.py)."""
+kind. The reward model is the tiny one built by a fixture, its run (model_run, tests/launch/conftest.py) shared with
+the GRPO LoRA test; the judge is the tiny model behind an OpenAI-compatible server on 127.0.0.1
+(tests/launch/judge_server.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import Result, invoke
+from tests.conftest import invoke
+from tests.launch.conftest import RUN, Run, own_home
 from tests.launch.judge_server import JudgeServer
-from trainctl.metrics import read_metrics
 
-RUN = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2"]
 KEY_ENV = "TRAINCTL_TEST_JUDGE_API_KEY"
 KEY = "sk-test-judge-9f8e7d6c5b4a"
 # the judge's 3rd and 12th requests answer garbage, its 6th answers after the client's timeout
@@ -34,51 +30,6 @@ Reply with JSON: {"scores": [{"id": 1, "explanation": "...", "score": 0.5}, ...]
 """
 
 
-@dataclass
-class Run:
-    result: Result
-    dir: Path
-    dump: Path
-    home: Path
-
-    @property
-    def metrics(self) -> dict[int, dict]:
-        return read_metrics(self.dir)
-
-    def samples(self) -> list[dict]:
-        """verl's rollout dump (trainer.rollout_data_dir): every sample of every step, with its score and uid."""
-        return [json.loads(line) for f in sorted(self.dump.glob("*.jsonl")) for line in f.read_text().splitlines()]
-
-
-@contextlib.contextmanager
-def own_home(root: Path, tiny_model_dir: Path, arith_data_dir: Path):
-    """What the `isolated` fixture does for one test, for a module's run: home, cache, cwd, the model and data."""
-    home, work = root / "home", root / "work"
-    work.mkdir(parents=True)
-    shutil.copytree(tiny_model_dir, home / "models" / "tiny")
-    shutil.copytree(arith_data_dir, home / "data" / "arith")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINCTL_HOME", str(home))
-        mp.setenv("TRAINCTL_CACHE", str(root / "cache"))
-        mp.setenv("HOME", str(root))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        for var in ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "TRAINCTL_DEBUG"):
-            mp.delenv(var, raising=False)
-        mp.chdir(work)
-        yield home, work, mp
-
-
-@pytest.fixture(scope="module")
-def model_run(tmp_path_factory, tiny_model_dir, tiny_reward_model_dir, arith_data_dir) -> Run:
-    root = tmp_path_factory.mktemp("reward-model")
-    with own_home(root, tiny_model_dir, arith_data_dir) as (home, work, _):
-        shutil.copytree(tiny_reward_model_dir, home / "models" / "tiny-rm")
-        dump = root / "dump"
-        result = invoke("train", *RUN, "run.name=rm", "reward=model", "reward.model=tiny-rm",
-                        f"trainer.rollout_data_dir={dump}")  # fmt: skip
-    return Run(result, work / "runs" / "rm", dump, home)
-
-
 @pytest.fixture(scope="module")
 def judge_run(tmp_path_factory, tiny_model_dir, arith_data_dir):
     root = tmp_path_factory.mktemp("reward-judge")
@@ -86,11 +37,11 @@ def judge_run(tmp_path_factory, tiny_model_dir, arith_data_dir):
     template.write_text(TEMPLATE)
     with own_home(root, tiny_model_dir, arith_data_dir) as (home, work, mp):
         mp.setenv(KEY_ENV, KEY)
-        with JudgeServer(str(home / "models" / "tiny"), MISBEHAVE.get, slow_s=45) as server:
+        with JudgeServer(str(home / "models" / "tiny"), MISBEHAVE.get, slow_s=12) as server:
             dump = root / "dump"
             result = invoke(
                 "train", *RUN, "run.name=judge", "reward=judge", "reward.judge=tiny", f"reward.url={server.url}",
-                f"reward.key_env={KEY_ENV}", f"reward.template={template}", "reward.timeout_s=30", "reward.retries=0",
+                f"reward.key_env={KEY_ENV}", f"reward.template={template}", "reward.timeout_s=8", "reward.retries=0",
                 f"trainer.rollout_data_dir={dump}",
             )  # fmt: skip
     return Run(result, work / "runs" / "judge", dump, home), server

@@ -34,10 +34,8 @@ def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready,
     assert "the run is complete: step 8 of 8" in done.stderr
 
 
-def test_sft_with_two_processes(cli, ready, tmp_path):
-    result = cli("train", *FAST_SFT, "hardware.gpus_per_node=2", "run.name=two")
-    assert result.exit_code == 0, result.output
-    step = tmp_path / "work" / "runs" / "two" / "checkpoints" / "global_step_4"
+def test_sft_with_two_processes(sft_ws2_run):
+    step = sft_ws2_run.path / "checkpoints" / "global_step_4"  # the session's shared run (tests/real_runs.py)
     shards = sorted(p.name for p in step.glob("model_world_size_2_rank_*.pt"))
     assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
     assert json.loads((step / "fsdp_config.json").read_text())["world_size"] == 2

@@ -64,7 +64,9 @@ def test_a_pipe_gets_plain_lines_without_control_codes(dpo_run):
     out = dpo_run.output
     assert "\x1b" not in out and "\r" not in out
     steps = [int(m.group(1)) for m in re.finditer(r"^step (\d+)/16 \(\d+%\) \| elapsed \S+ \| ETA \S+", out, re.M)]
-    assert steps == sorted(steps) and len(steps) >= 4 and steps[-1] == 16, out[-3000:]
+    # a line per poll of the metrics (TRAINCTL_PROGRESS_EVERY=0): how many steps land between two polls depends on
+    # the machine's load, but the first step's line and the last one's are always there
+    assert steps == sorted(steps) and len(steps) >= 2 and steps[-1] == 16, out[-3000:]
     last = next(line for line in out.splitlines() if line.startswith("step 16/16"))
     assert "| loss " in last and "| accuracy " in last and "s/step" in last, last
     assert "{'loss'" not in out and "Loading weights" not in out, "TRL's own output stays in the log"
