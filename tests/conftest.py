@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_runs import once
+from tests.shared import once
 
 # real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run, ...)
 pytest_plugins = ["tests.real_runs"]

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import fcntl
 import os
-import pickle
 import pty
 import struct
 import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
-T = TypeVar("T")
+from tests.shared import once
 
 REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
 # the eval tests compare `trainctl eval` with the GRPO run's own validation, sample for sample: a reward that moves
@@ -34,34 +31,6 @@ FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_b
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
 FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
-
-
-def shared_dir(tmp_path_factory) -> Path:
-    """The session's base folder, the same for every pytest-xdist worker (each has its own basetemp below it)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def once(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
-    """`make(folder)` once per test session, by whichever pytest-xdist worker asks first; the others wait for it and
-    get the same value (pickled) or the same failure. `folder` is new, in the folder every worker shares."""
-    from filelock import FileLock
-
-    base = shared_dir(tmp_path_factory)
-    done = base / f"{name}.pickle"
-    with FileLock(base / f"{name}.lock"):
-        if not done.is_file():
-            try:
-                value = make(base / name)
-            except Exception as e:
-                done.write_bytes(pickle.dumps(("failed", f"{type(e).__name__}: {e}")))
-                raise
-            done.write_bytes(pickle.dumps(("ok", value)))
-            return value
-        kind, value = pickle.loads(done.read_bytes())
-    if kind == "failed":
-        pytest.fail(f"{name}, made once for the session by another worker, failed: {value}"[:8000])
-    return value
 
 
 @dataclass

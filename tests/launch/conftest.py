@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Result, invoke
-from tests.real_runs import FAST_DPO, FAST_SFT, once
+from tests.real_runs import FAST_DPO, FAST_SFT
+from tests.shared import once
 from trainctl.metrics import read_metrics
 
 __all__ = ["FAST_DPO", "FAST_SFT"]

@@ -82,7 +82,7 @@ def ray_head(tmp_path_factory):
     )
     os.killpg(proc.pid, signal.SIGTERM)
     procs = [psutil.Process(p) for p in family if psutil.pid_exists(p)]
-    _, alive = psutil.wait_procs(procs, timeout=20)
+    _, alive = psutil.wait_procs(procs, timeout=5)  # some of Ray's processes ignore SIGTERM: they are killed
     for p in alive:
         p.kill()
     log.close()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import torch
@@ -47,20 +44,13 @@ def test_score_metrics_are_the_mean_and_spread_of_sequence_scores():
     }
 
 
-def _wrapped(env: dict[str, str]) -> str:
-    code = (
-        "import verl, verl.trainer.ppo.v1.trainer_base as tb\n"
-        "print(tb.compute_data_metrics.__name__, tb.PPOTrainer._compute_metrics.__module__)"
-    )
-    clean = {k: v for k, v in os.environ.items() if k not in ("TRAINCTL_REWARD_KIND", "VERL_PLATFORM")}
-    return subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True
-    ).stdout.split()
-
-
-def test_the_plugin_wraps_the_trainer_only_when_trainctl_asks():
-    assert _wrapped({}) == ["compute_data_metrics", "verl.trainer.ppo.v1.trainer_base"]
-    assert _wrapped({"TRAINCTL_REWARD_KIND": "judge"}) == [
+def test_the_plugin_wraps_the_trainer_only_when_trainctl_asks(plugin_probe):
+    plain, asked = plugin_probe(), plugin_probe(TRAINCTL_REWARD_KIND="judge")
+    assert [plain["compute_data_metrics"], plain["compute_metrics"]] == [
+        "compute_data_metrics",
+        "verl.trainer.ppo.v1.trainer_base",
+    ]
+    assert [asked["compute_data_metrics"], asked["compute_metrics"]] == [
         "compute_data_metrics_with_reward",
         "trainctl.runtime.reward_metrics",
     ]

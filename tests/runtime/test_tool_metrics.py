@@ -7,9 +7,6 @@ import hashlib
 import importlib
 import inspect
 import json
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 from trainctl.runtime import tool_metrics
@@ -61,16 +58,6 @@ def test_the_step_gets_its_calls_and_validation_keeps_its_own(tmp_path, monkeypa
     assert metrics["tool/error_share"] == 0.0
 
 
-def _wrapped(env: dict[str, str]) -> list[str]:
-    code = "import verl, verl.trainer.ppo.v1.trainer_base as tb\nprint(tb.PPOTrainer._validate.__module__)"
-    clean = {
-        k: v for k, v in os.environ.items() if k not in ("TRAINCTL_REWARD_KIND", "VERL_PLATFORM", tool_metrics.ENV)
-    }
-    return subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True
-    ).stdout.split()
-
-
-def test_the_plugin_wraps_the_trainer_only_for_runs_with_tools(tmp_path):
-    assert _wrapped({}) == ["verl.trainer.ppo.v1.trainer_base"]
-    assert _wrapped({tool_metrics.ENV: str(tmp_path)}) == ["trainctl.runtime.tool_metrics"]
+def test_the_plugin_wraps_the_trainer_only_for_runs_with_tools(plugin_probe):
+    assert plugin_probe()["validate"] == "verl.trainer.ppo.v1.trainer_base"
+    assert plugin_probe(**{tool_metrics.ENV: "calls"})["validate"] == "trainctl.runtime.tool_metrics"

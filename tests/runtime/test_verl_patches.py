@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import subprocess
-import sys
 
 from trainctl.runtime import verl_patches
 
@@ -62,28 +60,14 @@ def test_the_backend_string_verl_builds_still_names_the_device_twice():
     assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in src
 
 
-def test_plugin_is_inert_without_verl_platform_cpu():
-    code = (
-        "import os; os.environ.pop('VERL_PLATFORM', None)\n"
-        "import verl\n"
-        "from verl.plugin.platform import PlatformRegistry\n"
-        "from trainctl.runtime import verl_cpu\n"
-        "print(verl_cpu._INSTALLED, 'cpu' in PlatformRegistry.registered_names())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "False False"
+def test_plugin_is_inert_without_verl_platform_cpu(plugin_probe):
+    facts = plugin_probe()
+    assert (facts["cpu_platform_installed"], facts["cpu_platform_registered"]) == (False, False)
 
 
-def test_plugin_selects_the_cpu_platform_when_asked():
-    code = (
-        "import verl\n"
-        "from verl.utils.device import get_device_name, get_nccl_backend\n"
-        "from verl.workers.engine.base import EngineRegistry\n"
-        "print(get_device_name(), get_nccl_backend(), 'cpu' in EngineRegistry._engines['language_model']['fsdp2'])\n"
-    )
-    env = {**__import__("os").environ, "VERL_PLATFORM": "cpu"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    assert out.strip().splitlines()[-1] == "cpu gloo True"
+def test_plugin_selects_the_cpu_platform_when_asked(plugin_probe):
+    facts = plugin_probe(VERL_PLATFORM="cpu")
+    assert (facts["device"], facts["cpu_fsdp2_engine"]) == (["cpu", "gloo"], True)
 
 
 def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
@@ -109,58 +93,25 @@ def test_the_replay_buffer_still_sleeps_a_poll_interval_that_no_config_sets():
     assert "poll_interval" not in inspect.getsource(PPOTrainer._build_replay_buffer)
 
 
-def test_the_replay_buffer_is_patched_when_imported_and_polls_quickly_only_on_cpu():
+def test_the_replay_buffer_is_patched_when_imported_and_polls_quickly_only_on_cpu(plugin_probe):
     """The plugin does not import the replay buffer in every process (seconds each); a process that imports it
     gets the patched class, with a short poll interval on the cpu platform and verl's own elsewhere."""
-    code = (
-        "import sys, verl\n"
-        "from omegaconf import OmegaConf\n"
-        "from trainctl.runtime import verl_patches\n"
-        "verl_patches.apply()  # off the cpu platform, the plugin applies nothing: the wrappers must be inert\n"
-        "deferred = 'verl.trainer.ppo.v1.replay_buffer' not in sys.modules\n"
-        "from verl.trainer.ppo.v1 import PPOTrainer  # as main_ppo does: the package, then the module inside\n"
-        "from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync\n"
-        "empty = OmegaConf.create({})\n"
-        "default = ReplayBuffer('sync', empty, 8, 'drop', empty).poll_interval\n"
-        "given = ReplayBufferAsync('async', empty, 8, 'drop', empty, poll_interval=1.5).poll_interval\n"
-        "patched = hasattr(ReplayBuffer.__init__, '__wrapped__')\n"
-        "print(deferred, patched, default, given)\n"
-    )
-    for platform, expected in (
-        ("cpu", f"True True {verl_patches.CPU_POLL_INTERVAL_S} 1.5"),
-        (None, "True True 2.0 1.5"),
-    ):
-        env = {k: v for k, v in __import__("os").environ.items() if k != "VERL_PLATFORM"}
-        if platform:
-            env["VERL_PLATFORM"] = platform
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.strip().splitlines()[-1] == expected, (platform, out.stdout)
+    for env, interval in (({"VERL_PLATFORM": "cpu"}, verl_patches.CPU_POLL_INTERVAL_S), ({}, 2.0)):
+        facts = plugin_probe(**env)
+        deferred = not facts["replay_buffer_imported"] and not facts["replay_buffer_imported_after_apply"]
+        got = (deferred, facts["replay_buffer_patched"], facts["poll_interval"], facts["poll_interval_given"])
+        assert got == (True, True, interval, 1.5), env
 
 
-def test_the_hf_rollout_plugs_into_verls_registries():
+def test_the_hf_rollout_plugs_into_verls_registries(plugin_probe):
     """verl finds trainctl's rollout through its own registries, in every process the plugin is loaded in."""
-    code = (
-        "import os; os.environ['VERL_PLATFORM'] = 'cpu'\n"
-        "import verl\n"
-        "from verl.workers.rollout.base import get_rollout_class\n"
-        "from verl.workers.rollout.replica import get_rollout_replica_class\n"
-        "print(get_rollout_class('hf', 'async').__name__, get_rollout_replica_class('hf').__name__)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "HFServerAdapter HFReplica"
+    assert plugin_probe(VERL_PLATFORM="cpu")["hf_rollout"] == ["HFServerAdapter", "HFReplica"]
 
 
-def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched():
+def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched(plugin_probe):
     """A run trainctl launched (TRAINCTL_LAUNCHED=1) on a GPU machine without flash-attn: verl's critic loader
     would ask for flash_attention_2; the plugin swaps in the attention the model config names, nothing else."""
-    code = (
-        "import os; os.environ.pop('VERL_PLATFORM', None)\n"
-        "import verl, verl.utils.model as m, verl.utils.distributed as d\n"
-        "from trainctl.runtime import verl_cpu, verl_patches\n"
-        "print(verl_cpu._INSTALLED, m.load_valuehead_model.__module__, d.initialize_global_process_group.__module__)\n"
-    )
-    env = {**__import__("os").environ, "TRAINCTL_LAUNCHED": "1"}
-    env.pop("VERL_PLATFORM", None)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    assert out.strip().splitlines()[-1] == "False trainctl.runtime.verl_patches verl.utils.distributed"
+    facts = plugin_probe(TRAINCTL_LAUNCHED="1")
+    assert facts["cpu_platform_installed"] is False
+    assert facts["load_valuehead_model"] == "trainctl.runtime.verl_patches"
+    assert facts["initialize_global_process_group"] == "verl.utils.distributed"

@@ -273,6 +273,7 @@ class Hardware:
     worker_processes: int = opt("worker processes per pool (SFT loaders; PPO reward, agent-loop, storage)", 8, ge=0)
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
+    ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
 
 
 # --- lora (issue 14): the `lora` group ---

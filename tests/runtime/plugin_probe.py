@@ -1,0 +1,49 @@
+"""Run by the `plugin_probe` fixture (tests/runtime/conftest.py) in a fresh process: what trainctl's verl plugin did
+in this process's environment, printed as one JSON line. The order matters: each fact is read before anything
+later could change it."""
+
+import json
+import sys
+
+import verl  # noqa: F401 - loads trainctl's plugin (entry point group verl.plugins), as every verl process does
+import verl.utils.distributed as distributed
+import verl.utils.model as model
+from omegaconf import OmegaConf
+from verl.plugin.platform import PlatformRegistry
+
+from trainctl.runtime import verl_cpu, verl_patches
+
+REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
+facts = {
+    # the plugin does not import the replay buffer in every process (seconds each)
+    "replay_buffer_imported": REPLAY_BUFFER in sys.modules,
+    "cpu_platform_installed": verl_cpu._INSTALLED,
+    "cpu_platform_registered": "cpu" in PlatformRegistry.registered_names(),
+    "load_valuehead_model": model.load_valuehead_model.__module__,
+    "initialize_global_process_group": distributed.initialize_global_process_group.__module__,
+}
+if verl_cpu._INSTALLED:
+    from verl.utils.device import get_device_name, get_nccl_backend
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.rollout.base import get_rollout_class
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    facts["device"] = [get_device_name(), get_nccl_backend()]
+    facts["cpu_fsdp2_engine"] = "cpu" in EngineRegistry._engines["language_model"]["fsdp2"]
+    facts["hf_rollout"] = [get_rollout_class("hf", "async").__name__, get_rollout_replica_class("hf").__name__]
+
+# off the cpu platform the plugin applies nothing: applied here, the wrappers must be inert
+verl_patches.apply()
+facts["replay_buffer_imported_after_apply"] = REPLAY_BUFFER in sys.modules
+import verl.trainer.ppo.v1.trainer_base as trainer_base  # noqa: E402
+from verl.trainer.ppo.v1 import PPOTrainer  # noqa: E402, F401 - as main_ppo does: the package, then the module inside
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
+
+empty = OmegaConf.create({})
+facts["poll_interval"] = ReplayBuffer("sync", empty, 8, "drop", empty).poll_interval
+facts["poll_interval_given"] = ReplayBufferAsync("async", empty, 8, "drop", empty, poll_interval=1.5).poll_interval
+facts["replay_buffer_patched"] = hasattr(ReplayBuffer.__init__, "__wrapped__")
+facts["compute_data_metrics"] = trainer_base.compute_data_metrics.__name__
+facts["compute_metrics"] = trainer_base.PPOTrainer._compute_metrics.__module__
+facts["validate"] = trainer_base.PPOTrainer._validate.__module__
+print(json.dumps(facts))

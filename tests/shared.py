@@ -1,0 +1,41 @@
+"""What the test session makes once and every pytest-xdist worker shares (the default `-n 2` runs two workers)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """The session's base folder, the same for every pytest-xdist worker (each has its own basetemp below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
+    """`make(folder)` once per test session, by whichever pytest-xdist worker asks first; the others wait for it and
+    get the same value (pickled) or the same failure. `folder` is new, in the folder every worker shares."""
+    from filelock import FileLock
+
+    base = shared_dir(tmp_path_factory)
+    done = base / f"{name}.pickle"
+    with FileLock(base / f"{name}.lock"):
+        if not done.is_file():
+            try:
+                value = make(base / name)
+            except Exception as e:
+                done.write_bytes(pickle.dumps(("failed", f"{type(e).__name__}: {e}")))
+                raise
+            done.write_bytes(pickle.dumps(("ok", value)))
+            return value
+        kind, value = pickle.loads(done.read_bytes())
+    if kind == "failed":
+        pytest.fail(f"{name}, made once for the session by another worker, failed: {value}"[:8000])
+    return value
