@@ -16,6 +16,25 @@ from tests.shared import once
 # real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run, ...)
 pytest_plugins = ["tests.real_runs"]
 
+# pytest-xdist hands whole files to its workers in collection order: the files that train for real go first, so that
+# the quick ones fill in around them rather than leave one worker idle at the end
+HEAVY_FIRST = (
+    "tests/launch/",
+    "tests/test_readme_tour.py",
+    "tests/ckpt/",
+    "tests/eval/",
+    "tests/runs/",
+    "tests/runtime/",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(HEAVY_FIRST) if item.nodeid.startswith(prefix)), len(HEAVY_FIRST))
+
+    items.sort(key=rank)  # stable: the order within a rank is pytest's
+
+
 # Credentials and cluster addresses from the developer's shell must not leak into tests.
 _SCRUBBED = ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "HF_ENDPOINT", "TRAINCTL_DEBUG", "MLFLOW_TRACKING_URI")
 

@@ -31,6 +31,8 @@ FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_b
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
 FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
+# failed_run's HF_TOKEN and run.project: it must appear in none of its files
+SECRET = "hf_secretvalue123456"
 
 
 @dataclass
@@ -183,7 +185,8 @@ def wandb_run(real_home, tmp_path_factory) -> RealRun:
 
 @pytest.fixture(scope="session")
 def failed_run(real_home, tmp_path_factory) -> RealRun:
-    """verl SFT whose dataset class raises once the trainer has started: trainctl exits 3."""
+    """verl SFT whose dataset class raises once the trainer has started: trainctl exits 3. Its run folder is also
+    the one checked for what a run saves and for secrets: HF_TOKEN is set, and run.project looks like a token."""
 
     def make(_: Path) -> RealRun:
         boom = real_home.root / "boom.py"
@@ -191,7 +194,8 @@ def failed_run(real_home, tmp_path_factory) -> RealRun:
             "class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n"
         )
         return train(
-            real_home, "boom", *FAST_SFT, f"data.custom_cls.path={boom}", "data.custom_cls.name=Boom", expect=3
-        )
+            real_home, "boom", *FAST_SFT, "run.max_steps=1", f"run.project={SECRET}", f"data.custom_cls.path={boom}",
+            "data.custom_cls.name=Boom", expect=3, HF_TOKEN=SECRET,
+        )  # fmt: skip
 
     return once(tmp_path_factory, "boom-run", make)

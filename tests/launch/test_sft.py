@@ -7,6 +7,7 @@ import json
 import yaml
 
 from tests.launch.conftest import FAST_SFT
+from tests.real_runs import SECRET
 from trainctl.metrics import read_metrics, series
 
 
@@ -41,11 +42,10 @@ def test_sft_with_two_processes(sft_ws2_run):
     assert json.loads((step / "fsdp_config.json").read_text())["world_size"] == 2
 
 
-def test_run_folder_holds_config_command_lockfile_and_no_secrets(cli, ready, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", "hf_secretvalue123456")
-    result = cli("train", *FAST_SFT, "run.max_steps=1", "run.name=files", "run.project=hf_secretvalue123456")
-    assert result.exit_code == 0, result.output
-    run = tmp_path / "work" / "runs" / "files"
+def test_run_folder_holds_config_command_lockfile_and_no_secrets(failed_run):
+    # the session's failing run (tests/real_runs.py), started with HF_TOKEN set and a token-like run.project: what
+    # a run saves is written before its trainer starts
+    run = failed_run.path
     assert {"trainctl.yaml", "verl_sft.yaml", "command.sh", "lock.json", "run.json"} <= {p.name for p in run.iterdir()}
     lock = json.loads((run / "lock.json").read_text())
     assert {"trainctl", "verl", "torch", "transformers", "trl", "ray"} <= set(lock["packages"])
@@ -55,8 +55,8 @@ def test_run_folder_holds_config_command_lockfile_and_no_secrets(cli, ready, tmp
     command = (run / "command.sh").read_text()
     assert "-m verl.trainer.sft_trainer" in command and "export VERL_PLATFORM=cpu" in command
     for f in [*run.rglob("*.yaml"), *run.rglob("*.json"), *run.rglob("*.sh"), *run.rglob("*.log")]:
-        assert "hf_secretvalue123456" not in f.read_text(errors="replace"), f
-    assert "hf_secretvalue123456" not in result.output
+        assert SECRET not in f.read_text(errors="replace"), f
+    assert SECRET not in failed_run.output
 
 
 def test_an_existing_run_is_not_overwritten(cli, ready, tmp_path):
