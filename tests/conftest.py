@@ -16,11 +16,27 @@ from tests.shared import once
 # real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run, ...)
 pytest_plugins = ["tests.real_runs"]
 
-# pytest-xdist hands whole files to its workers in collection order: the files that train for real go first, so that
-# the quick ones fill in around them rather than leave one worker idle at the end
+# pytest-xdist hands whole files to its workers in collection order (pyproject's --no-loadscope-reorder keeps ours;
+# xdist's default puts files with the most tests first, which left the 1-test training files for the end): the files
+# that train for real go first, the longest first (`pytest --durations` on this machine), each session run's maker
+# before the files that only read it, so that no worker waits for a run the other is making and the quick files fill
+# in at the end
 HEAVY_FIRST = (
-    "tests/launch/",
+    "tests/launch/test_reward.py",  # the reward-model and judge runs
+    "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
+    "tests/eval/test_eval.py",  # the GRPO run
+    "tests/launch/test_agent_grpo.py",  # the agent run (algorithm=ppo)
+    "tests/launch/test_ray_jobs.py",
     "tests/test_readme_tour.py",
+    "tests/launch/test_lora.py",
+    "tests/launch/test_run_record.py",  # the wandb run
+    "tests/launch/test_sft.py",  # the failing run
+    "tests/runs/test_status.py",
+    "tests/launch/test_interrupt.py",
+    "tests/runtime/test_mcp_bridge.py",
+    "tests/runtime/test_verl_patches.py",
+    "tests/launch/test_ppo.py",  # reads the GRPO and agent runs
+    "tests/launch/",
     "tests/ckpt/",
     "tests/eval/",
     "tests/runs/",
@@ -78,6 +94,15 @@ def tiny_reward_model_dir(tmp_path_factory) -> Path:
     from trainctl.models.tiny import init_tiny
 
     return once(tmp_path_factory, "tiny-rm-model", lambda d: init_tiny(d / "tiny-rm", name="tiny-rm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tools_dir(tmp_path_factory) -> Path:
+    """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls, ~30 s), once per session:
+    the agent run trains it and the README tour finds it in place."""
+    from trainctl.models.tiny import init_tiny
+
+    return once(tmp_path_factory, "tiny-tools", lambda d: init_tiny(d / "tiny-tools", name="tiny-tools"))
 
 
 @pytest.fixture(scope="session")

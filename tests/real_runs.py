@@ -175,6 +175,25 @@ def dpo_lora_run(real_home, tmp_path_factory) -> RealRun:
 
 
 @pytest.fixture(scope="session")
+def agent_ppo_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
+    """The agent recipe (verl's tool agent loop, the calculator MCP server over stdio, model tiny-tools, data
+    arith-tools) with algorithm=ppo, 2 steps: one run for the agent's tool calls and PPO's critic; the partial-credit
+    reward of FAST_RL, since verl's gsm8k scorer gives the tiny-tools model's answers 0 throughout; stdout a pipe."""
+    import shutil
+
+    def make(_) -> RealRun:
+        shutil.copytree(tiny_tools_dir, real_home.root / "home" / "models" / "tiny-tools")
+        prep = subprocess.run(trainctl("data", "prep", "arith-tools"), env=real_home.env(), cwd=real_home.root)
+        assert prep.returncode == 0, "trainctl data prep arith-tools failed"
+        return train(
+            real_home, "agent-ppo", "recipe=agent-arith-tiny-cpu", "algorithm=ppo", "run.max_steps=2", "reward=fn",
+            f"reward.fn={REWARD}:compute_score",
+        )  # fmt: skip
+
+    return once(tmp_path_factory, "agent-ppo-run", make)
+
+
+@pytest.fixture(scope="session")
 def wandb_run(real_home, tmp_path_factory) -> RealRun:
     """verl SFT, 3 steps, logged to wandb (offline) and TensorBoard besides the run folder; stdout a pipe."""
     return shared_train(

@@ -1,6 +1,7 @@
-"""Agentic RL for real on CPU, through trainctl's own CLI: `trainctl train recipe=agent-arith-tiny-cpu` runs GRPO
-(verl.trainer.main_ppo) through verl's tool agent loop, trainctl's hf rollout and the built-in calculator MCP server,
-which the run starts over stdio and stops with it.
+"""Agentic RL for real on CPU, through trainctl's own CLI: `trainctl train recipe=agent-arith-tiny-cpu` runs the PPO
+family (verl.trainer.main_ppo) through verl's tool agent loop, trainctl's hf rollout and the built-in calculator MCP
+server, which the run starts over stdio and stops with it. The session runs it once with algorithm=ppo (the recipe
+says grpo): the same agent loop, and test_ppo reads the critic from the same run.
 
 The model is `trainctl model init tiny-tools` (the tiny model after a short warm start on calculator calls: a random
 one never writes a tool call); the data is `trainctl data prep arith-tools`. The same run through raw verl overrides
@@ -11,10 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from pathlib import Path
 
-import pytest
 import torch
 import yaml
 
@@ -29,26 +27,9 @@ TURN = re.compile(
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_tools_dir(session_dir) -> Path:
-    """`trainctl model init tiny-tools`, once per session (~1 min)."""
-    from trainctl.models.tiny import init_tiny
-
-    return init_tiny(session_dir / "models" / "tiny-tools", name="tiny-tools")
-
-
-@pytest.fixture
-def agent_ready(isolated, tiny_tools_dir, cli):
-    shutil.copytree(tiny_tools_dir, isolated / "models" / "tiny-tools")
-    prep = cli("data", "prep", "arith-tools")
-    assert prep.exit_code == 0, prep.output
-    return isolated
-
-
-def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(cli, agent_ready, tmp_path):
-    result = cli("train", "recipe=agent-arith-tiny-cpu", "run.max_steps=2")
-    assert result.exit_code == 0, result.output[-4000:]
-    run = tmp_path / "work" / "runs" / "agent-arith-tiny-cpu"
+def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_ppo_run, tiny_tools_dir, cli, tmp_path):
+    # the session's agent run (tests/real_runs.py): the recipe with algorithm=ppo, whose critic test_ppo checks
+    run = agent_ppo_run.path
 
     # the tool config verl read: written by trainctl into the run folder, the server named inline
     config = yaml.safe_load((run / "tools.yaml").read_text())
@@ -101,7 +82,7 @@ def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(cli, age
     from transformers import AutoModelForCausalLM
 
     after = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").state_dict()
-    before = AutoModelForCausalLM.from_pretrained(agent_ready / "models" / "tiny-tools").state_dict()
+    before = AutoModelForCausalLM.from_pretrained(tiny_tools_dir).state_dict()
     assert any(not torch.equal(v, before[k]) for k, v in after.items()), "the policy was updated"
 
 

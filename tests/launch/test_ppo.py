@@ -22,20 +22,25 @@ EXTRA = {
 SLOW = pytest.mark.slow
 
 
-# grpo (the session's shared run) and ppo (the critic) run by default; the others differ from them in verl's loss and
-# advantage code, which trainctl's translation reaches through keys the golden configs and validation tests check
+# session runs (tests/real_runs.py): the run each default algorithm reads, and the model it started from
+SHARED = {"grpo": ("grpo_run", "tiny_model_dir"), "ppo": ("agent_ppo_run", "tiny_tools_dir")}
+
+
+# grpo and ppo (its critic trained in the session's agent run) run by default; the others differ from them in verl's
+# loss and advantage code, which trainctl reaches through keys the golden configs and validation tests check
 @pytest.mark.parametrize(
     "algorithm",
     ["grpo", "ppo"]
     + [pytest.param(a, marks=SLOW) for a in ("dapo", "gspo", "rloo", "reinforce_pp", "remax", "drgrpo")],
 )
 def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path, request):
-    if algorithm == "grpo":
-        run = request.getfixturevalue("grpo_run").path  # the session's GRPO run (tests/real_runs.py), shared
+    if algorithm in SHARED:
+        fixture, base = SHARED[algorithm]
+        run, base = request.getfixturevalue(fixture).path, request.getfixturevalue(base)
     else:
         result = cli("train", *FAST_RL, f"algorithm={algorithm}", f"run.name={algorithm}")
         assert result.exit_code == 0, result.output[-4000:]
-        run = tmp_path / "work" / "runs" / algorithm
+        run, base = tmp_path / "work" / "runs" / algorithm, ready[0]
     metrics = read_metrics(run)
     # the shared GRPO run also validates before training (step 0), for the eval tests
     assert sorted(metrics) == ([0, 1, 2] if algorithm == "grpo" else [1, 2]), sorted(metrics)
@@ -69,7 +74,7 @@ def test_the_ppo_family_trains_on_cpu(algorithm, cli, ready, tmp_path, request):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     after = AutoModelForCausalLM.from_pretrained(out)
-    before = AutoModelForCausalLM.from_pretrained(ready[0])
+    before = AutoModelForCausalLM.from_pretrained(base)
     changed = [k for k, v in after.state_dict().items() if not torch.equal(v, before.state_dict()[k])]
     assert changed, "the actor's weights must differ from the initial ones"
     tok = AutoTokenizer.from_pretrained(out)

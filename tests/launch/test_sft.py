@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import yaml
 
@@ -11,17 +12,17 @@ from tests.real_runs import SECRET
 from trainctl.metrics import read_metrics, series
 
 
-def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready, tmp_path):
-    first = cli("train", *FAST_SFT)
-    assert first.exit_code == 0, first.output
-    run = tmp_path / "work" / "runs" / "quickstart"
-    assert (run / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
-    assert "Latest checkpoint: runs/quickstart/checkpoints/global_step_4" in first.stdout
-    losses = [v for _, v in series(read_metrics(run), "train/loss")]
+def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready, sft_run, tmp_path):
+    # the session's SFT run (tests/real_runs.py: recipe=quickstart, 4 steps, one epoch), resumed from a copy of it
+    assert (sft_run.path / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
+    assert "Latest checkpoint: runs/sft/checkpoints/global_step_4" in sft_run.output
+    losses = [v for _, v in series(read_metrics(sft_run.path), "train/loss")]
     assert len(losses) == 4 and losses[-1] < losses[0], losses
+    run = tmp_path / "work" / "runs" / "sft"
+    shutil.copytree(sft_run.path, run, symlinks=True)
 
     # step 4 ends epoch 1: raw verl would now skip epoch 2 and exit 0 without training
-    second = cli("train", "--resume", "runs/quickstart", "run.epochs=2")
+    second = cli("train", "--resume", "runs/sft", "run.epochs=2")
     assert second.exit_code == 0, second.output
     assert "the end of epoch 1: verl 0.9.1 would skip the next epoch" in second.stderr
     assert (run / "checkpoints" / "global_step_8").is_dir()
@@ -30,7 +31,7 @@ def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready,
     status = json.loads((run / "run.json").read_text())
     assert [a["state"] for a in status["attempts"]] == ["finished", "finished"]
 
-    done = cli("train", "--resume", "runs/quickstart", "run.epochs=2")
+    done = cli("train", "--resume", "runs/sft", "run.epochs=2")
     assert done.exit_code == 0
     assert "the run is complete: step 8 of 8" in done.stderr
 

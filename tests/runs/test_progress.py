@@ -59,6 +59,13 @@ def test_alerts_nan_loss_grad_spike_same_reward_collapse_and_oom():
     # the same kind again within a few steps is not repeated
     p.add_metrics([(8, {"critic/score/mean": 0.0, "critic/score/max": 0.0, "critic/score/min": 0.0})], now=8)
     assert [a.kind for a in seen].count("same_reward") == 1
+    # a critic's advantages (PPO's GAE) are not zero when every reward is: no alert then
+    critic = Progress("ppo", total=20, started=0.0, on_alert=(ppo_seen := []).append)
+    same = {"critic/score/mean": 0.0, "critic/score/max": 0.0, "critic/score/min": 0.0}
+    critic.add_metrics([(1, {**same, "critic/advantages/max": 1.3, "critic/advantages/min": -0.9})], now=1)
+    assert ppo_seen == []
+    critic.add_metrics([(2, {**same, "critic/advantages/max": 0.0, "critic/advantages/min": 0.0})], now=2)
+    assert [a.kind for a in ppo_seen] == ["same_reward"]
     p.add_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert seen[-1].kind == "oom" and "hardware.micro_batch_size_per_gpu" in seen[-1].hint
 

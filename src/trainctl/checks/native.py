@@ -140,26 +140,28 @@ def _local_cuda() -> bool:
 
 BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft, "trl-dpo": trl_dpo}
 
-# Where a run's name puts its output: irrelevant to whether the backend accepts the config.
-_RUN_SPECIFIC = (
-    "trainer.default_local_dir",
-    "trainer.experiment_name",
-    "trainer.project_name",
-    "output_dir",
-    "run_name",
-)
+# What a run's name and folder set: irrelevant to whether the backend accepts the config. Matched on the key's last
+# part, since verl repeats some (trainer.experiment_name, actor_rollout_ref.rollout.trace.experiment_name).
+_RUN_SPECIFIC = ("default_local_dir", "experiment_name", "project_name", "output_dir", "run_name")
 
 
 def _fingerprint(s: Subject) -> str:
+    """The verdict's key: the resolved backend config with the run's name and folder taken out (so that a dry run
+    and the launch of another run of the same config share it), the versions that validate it, and whether the
+    model was there to check."""
     import hashlib
     import importlib.metadata
     import json
+    from pathlib import Path
 
     from trainctl.backends.base import flatten
 
-    tree = dict(flatten(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False)))
-    for key in _RUN_SPECIFIC:
-        tree.pop(key, None)
+    run_dir = str(Path(s.cfg.run.dir).expanduser().resolve())
+    tree = {
+        key: value.replace(run_dir, "<run.dir>") if isinstance(value, str) else value
+        for key, value in flatten(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False))
+        if key.rsplit(".", 1)[-1] not in _RUN_SPECIFIC
+    }
     versions = [importlib.metadata.version(p) for p in ("verl", "trl", "transformers")]
     stamp = [s.backend, versions, model_present(s.cfg.model.path), sorted(tree.items(), key=str)]
     return hashlib.sha256(json.dumps(stamp, default=str).encode()).hexdigest()[:24]

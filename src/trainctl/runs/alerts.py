@@ -80,9 +80,11 @@ def _rl_alerts(step: int, history: dict[int, dict]) -> list[Alert]:
     out = []
     adv_max, adv_min = data.get("critic/advantages/max"), data.get("critic/advantages/min")
     score_max, score_min = data.get("critic/score/max"), data.get("critic/score/min")
-    zero_adv = _finite(adv_max) and _finite(adv_min) and abs(adv_max) < 1e-8 and abs(adv_min) < 1e-8
+    logged_adv = _finite(adv_max) and _finite(adv_min)
+    zero_adv = logged_adv and abs(adv_max) < 1e-8 and abs(adv_min) < 1e-8
     same_score = _finite(score_max) and _finite(score_min) and score_max == score_min
-    if zero_adv or same_score:
+    # equal rewards zero every group-relative advantage, but not a critic's (GAE): when advantages are logged, they say
+    if zero_adv or (same_score and not logged_adv):
         value = f" ({score_max:.4g})" if _finite(score_max) and same_score else ""
         out.append(
             Alert(
