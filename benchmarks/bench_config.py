@@ -2,7 +2,8 @@
 
 Targets (medians on the 2-core dev machine): `trainctl --help` <= 0.3 s; an unknown key or a batch-arithmetic error
 <= 1.0 s and at least 6x faster than `python -m verl.trainer.main_ppo` reporting the same; a full --dry-run
-(verl's own validation included) no slower than raw verl's time to its first error.
+(verl's own validation included) no slower than raw verl's time to its first error (issue 2), and at most half of it
+(issue 15; not met: importing the modules verl's validation lives in takes most of raw verl's time).
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def main() -> list[Row]:
                 "full --dry-run (verl's validation included)",
                 full["trainctl"],
                 full["raw"],
-                target="<= raw verl's time to first error",
-                ok=full["trainctl"] <= full["raw"],
+                target="<= 0.5x raw verl's time to first error (issue 15)",
+                ok=full["trainctl"] <= 0.5 * full["raw"],
             )
         )
     report("config", rows)
