@@ -322,6 +322,7 @@ CHILD = textwrap.dedent(
     spec = mb.parse_server("t", {"command": sys.executable, "args": [sys.argv[1], "--tag", sys.argv[2]]})
     print(asyncio.run(mb.call_tool(spec, "pid", {}))[0], flush=True)
     if sys.argv[3] == "exit":
+        sys.stdin.readline()  # exit when the test says, after it has seen the server running
         sys.exit(0)
     time.sleep(600)
     """
@@ -336,6 +337,7 @@ def test_stdio_servers_stop_with_the_process_that_started_them(tmp_path, how):
     tag = uuid.uuid4().hex
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(TEST_SERVER), tag, "exit" if how == "exit" else "wait"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -344,12 +346,16 @@ def test_stdio_servers_stop_with_the_process_that_started_them(tmp_path, how):
         server_pid = int(child.stdout.readline())
         marker = f"--tag {tag}"  # the server's command line (the child's holds the tag alone)
         assert [p.pid for p in processes_running(marker)] == [server_pid]
-        if how != "exit":
+        if how == "exit":
+            child.stdin.write("exit\n")
+            child.stdin.flush()
+        else:
             child.send_signal(getattr(signal, how))
         child.wait(30)
         assert not wait_gone(marker), f"the MCP server outlived its parent ({how})"
     finally:
         child.kill()
         child.wait()
-        if child.stdout:
-            child.stdout.close()
+        for pipe in (child.stdin, child.stdout):
+            if pipe:
+                pipe.close()
