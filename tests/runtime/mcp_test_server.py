@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from typing import Annotated
@@ -16,6 +17,11 @@ from pydantic import Field
 
 def build():
     from mcp.server.mcpserver import MCPServer
+
+    # Plain log lines: MCPServer's default handler renders each tool's exception as a rich traceback, which takes
+    # 0.5 s on an idle machine and seconds on a loaded one, racing the tests' short call timeouts. basicConfig
+    # here comes first, so MCPServer's own (also basicConfig) leaves this one in place.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     server = MCPServer("testing", log_level="WARNING")
 
