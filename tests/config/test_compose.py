@@ -159,6 +159,19 @@ def test_config_dir_option(tmp_path):
     assert plan.cfg.algorithm.name == "rloo" and plan.cfg.run.name == "ours"
 
 
+def test_a_recipe_edited_behind_a_folder_link_is_composed_afresh(tmp_path):
+    """Compositions are cached by the config files' times and sizes; the repository's conf/recipe is a link to
+    recipes/, so the files behind a link must count too."""
+    shared = tmp_path / "team-recipes"
+    shared.mkdir()
+    recipe = shared / "ours.yaml"
+    (tmp_path / "work" / "conf").mkdir()
+    (tmp_path / "work" / "conf" / "recipe").symlink_to(shared, target_is_directory=True)
+    for name in ("first", "second-and-longer"):
+        recipe.write_text(f"# trainctl train recipe=ours\nrun:\n  name: {name}\n")
+        assert make_plan(["recipe=ours"], native=False).cfg.run.name == name
+
+
 def test_origins_name_the_file_or_override():
     plan = make_plan(["recipe=quickstart", "run.seed=7", "optim.weight_decay=0.0"], native=False)
     comp = plan.comp

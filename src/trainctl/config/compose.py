@@ -10,8 +10,10 @@ The command line mixes three kinds of overrides, told apart here:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -103,7 +105,15 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictC
 
     from trainctl import paths
 
-    files = sorted(f for d in search.dirs for f in d.rglob("*.yaml"))
+    # os.walk follows links into folders (rglob does not): the repository's conf/recipe links to recipes/, and a
+    # user's config folder may hold links too; a file edited behind one must not leave a stale composition
+    files = sorted(
+        Path(root, name)
+        for d in search.dirs
+        for root, _, names in os.walk(d, followlinks=True)
+        for name in names
+        if name.endswith(".yaml")
+    )
     stamp = [(str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
     key = hashlib.sha1(repr((stamp, group_overrides, "v2")).encode()).hexdigest()[:20]
     cache = paths.cache_dir() / "compose" / f"{key}.pkl"
