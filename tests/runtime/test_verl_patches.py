@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+
+import pytest
 
 from trainctl.runtime import verl_patches
 
@@ -25,6 +28,10 @@ PINNED = {
     ("verl.utils.model", "load_valuehead_model"): ("2371ca280654b53bc2f25101ff2eb1898aafef14570f7ed94883d0b4a4ac825b"),
     ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer.__init__"): (
         "0c37a4862999198830cd4b4835116df2d6e672d105caee9491487f748d94bb90"
+    ),
+    # verl.utils.torch_functional's, imported by name into the engine module (which is where it is replaced)
+    ("verl.workers.engine.fsdp.transformer_impl", "logprobs_from_logits"): (
+        "dffd21fe40eb806b45d740d0753a7f969889366c80e32e354988cc20f1e9d726"
     ),
 }
 # where a patched name is not a verl function, the verl code that uses it
@@ -115,3 +122,49 @@ def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched(plugi
     assert facts["cpu_platform_installed"] is False
     assert facts["load_valuehead_model"] == "trainctl.runtime.verl_patches"
     assert facts["initialize_global_process_group"] == "verl.utils.distributed"
+
+
+def test_the_log_probs_fallback_still_loops_over_rows():
+    """The reason for the log-probs patch: without flash-attn, verl runs one logsumexp per row in Python."""
+    from verl.utils import torch_functional
+
+    assert "logprobs_from_logits_v2(logits, labels)" in inspect.getsource(torch_functional.logprobs_from_logits)
+    v2 = inspect.getsource(torch_functional.logprobs_from_logits_v2)
+    assert "torch.stack([torch.logsumexp(logit, dim=-1) for logit in logits])" in v2
+
+
+@pytest.mark.parametrize("shape", [(37, 512), (3, 13, 64)], ids=["packed", "batched"])
+@pytest.mark.parametrize("chunk_elements", [1 << 22, 5 * 64], ids=["one-chunk", "many-chunks"])
+def test_log_probs_in_chunks_equal_verls_bit_for_bit_with_their_gradients(shape, chunk_elements):
+    import torch
+    from verl.utils.torch_functional import logprobs_from_logits_v2
+
+    torch.manual_seed(0)
+    logits = torch.randn(*shape, dtype=torch.float32) * 4
+    labels = torch.randint(0, shape[-1], shape[:-1])
+    weights = torch.randn(shape[:-1])
+    results = []
+    for fn in (
+        logprobs_from_logits_v2,
+        functools.partial(verl_patches.logprobs_in_chunks, chunk_elements=chunk_elements),
+    ):
+        x = logits.clone().requires_grad_(True)
+        out = fn(x, labels)
+        (out * weights).sum().backward()
+        results.append((out.detach(), x.grad))
+    (want, want_grad), (got, got_grad) = results
+    assert got.shape == want.shape == shape[:-1]
+    assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
+
+
+def test_the_log_probs_patch_runs_verls_own_code_off_the_cpu_platform_and_for_bf16(monkeypatch):
+    import torch
+
+    calls = []
+    patched = verl_patches._logprobs_from_logits(lambda logits, labels, inplace_backward=True: calls.append("verl"))
+    monkeypatch.setattr(verl_patches, "logprobs_in_chunks", lambda logits, labels: calls.append("chunks"))
+    logits, labels = torch.zeros(4, 8), torch.zeros(4, dtype=torch.long)
+    for on_cpu, dtype in ((True, torch.float32), (True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(verl_patches, "_on_cpu", lambda on_cpu=on_cpu: on_cpu)
+        patched(logits.to(dtype), labels)
+    assert calls == ["chunks", "verl", "verl"]
