@@ -167,6 +167,7 @@ def test_a_recipe_edited_behind_a_folder_link_is_composed_afresh(tmp_path):
     recipe = shared / "ours.yaml"
     (tmp_path / "work" / "conf").mkdir()
     (tmp_path / "work" / "conf" / "recipe").symlink_to(shared, target_is_directory=True)
+    (shared / "loop").symlink_to(tmp_path / "work" / "conf", target_is_directory=True)  # walked once, not forever
     for name in ("first", "second-and-longer"):
         recipe.write_text(f"# trainctl train recipe=ours\nrun:\n  name: {name}\n")
         assert make_plan(["recipe=ours"], native=False).cfg.run.name == name

@@ -105,15 +105,7 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictC
 
     from trainctl import paths
 
-    # os.walk follows links into folders (rglob does not): the repository's conf/recipe links to recipes/, and a
-    # user's config folder may hold links too; a file edited behind one must not leave a stale composition
-    files = sorted(
-        Path(root, name)
-        for d in search.dirs
-        for root, _, names in os.walk(d, followlinks=True)
-        for name in names
-        if name.endswith(".yaml")
-    )
+    files = sorted(f for d in search.dirs for f in _yaml_files(d))
     stamp = [(str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
     key = hashlib.sha1(repr((stamp, group_overrides, "v2")).encode()).hexdigest()[:20]
     cache = paths.cache_dir() / "compose" / f"{key}.pkl"
@@ -125,6 +117,21 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictC
     result = _hydra_compose(search, group_overrides)
     paths.atomic_write_bytes(cache, pickle.dumps(result))
     return result
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    """Every YAML file under `folder`, through links into folders (rglob skips them: the repository's conf/recipe
+    links to recipes/, and a file edited behind a link must not leave a stale composition); a link back up the
+    tree is walked once."""
+    found, seen = [], set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        found += [Path(root, n) for n in names if n.endswith(".yaml")]
+    return found
 
 
 def _hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
