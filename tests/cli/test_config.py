@@ -90,3 +90,17 @@ def test_the_plan_header_names_the_loggers_really_used(cli):
     assert result.exit_code == 0, result.output
     # the run's own metrics record (verl's file logger) is always added
     assert "loggers: file, console, wandb" in result.stdout
+
+
+def test_the_groups_bases_are_never_offered_as_options(cli):
+    """conf/<group>/_base.yaml and conf/algorithm/_ppo.yaml are what options inherit, not options."""
+    words = cli("config", "groups").stdout.split()
+    assert "grpo" in words and "_base" not in words and "_ppo" not in words
+    for group, typed in [("algorithm", "_ppo"), ("algorithm", "_base"), ("algorithm", "_pp"), ("data", "_base")]:
+        result = cli("config", "show", f"{group}={typed}")
+        assert result.exit_code == 1
+        assert f"unknown {group} '{typed}'" in result.stderr
+        offered = result.stderr.split(f"available {group} options: ")[1].split(" (")[0].split(", ")
+        assert "ppo" in offered or "gsm8k" in offered
+        assert not any(o.startswith("_") for o in offered), offered
+        assert "Did you mean '_" not in result.stderr

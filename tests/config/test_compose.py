@@ -207,3 +207,51 @@ def test_every_problem_is_reported_together():
     messages = [p.message for p in e.value.problems]
     assert any("unknown config key 'trainer.totl_epochs'" in m for m in messages)
     assert any("do not divide across data-parallel ranks" in m for m in messages)
+
+
+def test_algorithm_and_data_options_inherit_their_base():
+    """The bases carry what options share: the PPO family's trainer, data format and shared verl keys (_ppo over
+    _base), and every dataset's folder and files (data/_base); each option then sets what differs."""
+    from trainctl.config.load import load
+    from trainctl.config.origins import merge_order
+
+    def merged(choices: dict[str, str]) -> list[str]:
+        return [SEARCH.label(f) for f, _ in merge_order(SEARCH, choices)]
+
+    for name in ALGORITHMS:
+        files = merged({"algorithm": name})
+        mine = files.index(f"conf/algorithm/{name}.yaml")
+        bases = ["_base", "_ppo"] if name not in ("sft", "dpo") else ["_base"]
+        assert files[mine - len(bases) : mine] == [f"conf/algorithm/{b}.yaml" for b in bases], files
+    for name in SEARCH.options("data"):
+        files = merged({"data": name})
+        assert files[files.index(f"conf/data/{name}.yaml") - 1] == "conf/data/_base.yaml", files
+
+    comp = load(["algorithm=grpo", "data=gsm8k"]).comp
+    assert comp.origin("algorithm.name") == "conf/algorithm/grpo.yaml"
+    assert comp.origin("algorithm.family") == "conf/algorithm/_ppo.yaml"
+    assert comp.origin("verl.actor_rollout_ref.actor.entropy_coeff") == "conf/algorithm/_ppo.yaml"
+    assert comp.origin("verl.actor_rollout_ref.actor.use_kl_loss") == "conf/algorithm/grpo.yaml"  # GRPO turns it on
+    assert comp.origin("data.dir") == "conf/data/_base.yaml"
+    assert comp.cfg.data.dir.endswith("/data/gsm8k")
+
+
+def test_a_users_algorithm_inherits_the_ppo_family_base(tmp_path, monkeypatch):
+    """A `./conf/algorithm/NAME.yaml` of the user's inherits `_ppo` from the built-in folder, as the shipped ones do."""
+    from trainctl.config.load import load
+
+    folder = tmp_path / "work" / "conf" / "algorithm"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text(
+        "# @package _global_\n# mine: GRPO with a bigger group\ndefaults:\n  - _ppo\n  - _self_\n"
+        "algorithm:\n  name: mine\nverl:\n  algorithm:\n    adv_estimator: grpo\n"
+        "  actor_rollout_ref:\n    rollout:\n      n: 12\n"
+    )
+    monkeypatch.chdir(tmp_path / "work")
+    loaded = load(["algorithm=mine"])
+    assert (loaded.cfg.algorithm.family, loaded.cfg.algorithm.data_format) == ("ppo", "rl")
+    verl = loaded.comp.cfg.verl
+    assert verl.actor_rollout_ref.rollout.n == 12 and verl.algorithm.adv_estimator == "grpo"
+    assert verl.actor_rollout_ref.actor.optim.lr == 1e-6  # from _ppo
+    options = SearchPath.default().options("algorithm")
+    assert "mine" in options and "_ppo" not in options and "_base" not in options
