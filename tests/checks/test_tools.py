@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.runtime.mcp_fixtures import calculator_file, free_port, http_server, wait_gone
-from trainctl.config import tools as tools_config
+from trainctl.mcp.discovery import forget_discovered
 from trainctl.plan import make_plan
 
 # small enough for grpo's batch checks on the generated data; the tools' own settings come from the option
@@ -26,9 +26,9 @@ SECRET = "s3cr3t-token-0123456789"
 
 @pytest.fixture(autouse=True)
 def fresh_listings():
-    tools_config.forget_discovered()
+    forget_discovered()
     yield
-    tools_config.forget_discovered()
+    forget_discovered()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ checks  (fast, no process started): tools only with the PPO family; each server'
         for sse/http) and the environment variables it names; the function specs; the parser format; budgets that
         fit the response length; the data rows' agent fields.
 probes  (the native stage: starts the stdio servers, connects to the others, imports verl): every server lists its
-        tools through the MCP bridge (a server that does not start or answer is named with its stderr's last lines);
+        tools (trainctl.mcp.discovery; a server that does not start or answer is named with its stderr's last lines);
         each allowed tool name exists (did-you-mean against the real listing); each function has a schema; the
         model's chat template renders the tools and verl can append their results; the tool schemas fit the prompt.
 What the probes find (listings, schemas) is kept in `s.extra["tools"]` for the launcher to write <run>/tools.yaml.
@@ -17,8 +17,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainctl.config import tools as tools_config
+from trainctl.backends import tools as verl_tools
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
+from trainctl.mcp.specs import allowed_tools, server_specs
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ _PARSER_REGISTRATION = re.compile(r"@ToolParser\.register\(\s*[\"']([^\"']+)[\"'
 
 def checks(s: Subject) -> list[Problem]:
     t = s.cfg.tools
-    if not tools_config.enabled(t):
+    if not verl_tools.enabled(t):
         return []
     if s.cfg.family != "ppo":
         return [
@@ -108,7 +109,7 @@ def _servers(s: Subject) -> list[Problem]:
                 )
     if t.servers_file:
         try:
-            _, from_file = tools_config.server_specs(t)
+            _, from_file = server_specs(t)
         except ConfigProblems as e:
             problems += [_in_file(p, t.servers_file) for p in e.problems]
         except TrainctlError as e:
@@ -235,15 +236,15 @@ def _data(s: Subject) -> list[Problem]:
             continue
         if agents is not None:
             named = sorted({str(a) for a in agents.column("agent_name").to_pylist() if a is not None})
-            other = [a for a in named if a != tools_config.TOOL_AGENT]
+            other = [a for a in named if a != verl_tools.TOOL_AGENT]
             if other:
                 problems.append(
                     Problem(
                         f"{path} has rows with agent_name = {', '.join(map(repr, other))}: verl runs them through that "
-                        f"loop, which never calls tools (tools={s.cfg.tools.name} needs {tools_config.TOOL_AGENT!r}).",
+                        f"loop, which never calls tools (tools={s.cfg.tools.name} needs {verl_tools.TOOL_AGENT!r}).",
                         key=f"data.{split_key}",
                         hint="drop the agent_name column (trainctl then runs every row through tool_agent), or "
-                        f"write {tools_config.TOOL_AGENT!r} in it",
+                        f"write {verl_tools.TOOL_AGENT!r} in it",
                     )
                 )
         if infos:
@@ -261,11 +262,11 @@ def _data(s: Subject) -> list[Problem]:
 
 def probes(s: Subject) -> list[Problem]:
     t = s.cfg.tools
-    if not tools_config.enabled(t) or s.cfg.family != "ppo":
+    if not verl_tools.enabled(t) or s.cfg.family != "ppo":
         return []
     problems: list[Problem] = []
     try:
-        inline_specs, file_specs = tools_config.server_specs(t)
+        inline_specs, file_specs = server_specs(t)
     except (TrainctlError, ConfigProblems):
         return []  # reported by the checks
     inline = _discover(inline_specs, t, problems, "tools.servers")
@@ -273,7 +274,7 @@ def probes(s: Subject) -> list[Problem]:
     schemas: list[dict] = []
     for name, d in {**inline, **from_file}.items():
         listed = [tool.name for tool in d.tools]
-        keep = tools_config.allowed(t, name)
+        keep = allowed_tools(t, name)
         for wanted in keep or []:
             if wanted not in listed:
                 guess = closest(wanted, listed)
@@ -297,7 +298,7 @@ def probes(s: Subject) -> list[Problem]:
     if problems:
         return problems
     try:
-        document = tools_config.tool_config_document(t, inline, from_file, functions, s.cfg.run.dir)
+        document = verl_tools.tool_config_document(t, inline, from_file, functions, s.cfg.run.dir)
     except TrainctlError as e:
         return [Problem(e.message, key="tools", hint=e.hint)]
     schemas = [entry["tool_schema"] for entry in document["tools"]]
@@ -328,10 +329,12 @@ def probes(s: Subject) -> list[Problem]:
 
 
 def _discover(specs: dict, t, problems: list[Problem], where: str) -> dict:
+    from trainctl.mcp.discovery import discover
+
     if not specs:
         return {}
     try:
-        return tools_config.discover(specs, timeout=t.connect_timeout_s)
+        return discover(specs, timeout=t.connect_timeout_s, cached=True)
     except ConfigProblems as e:
         for p in e.problems:
             name = (p.key or "").split(".", 1)[-1]
