@@ -11,11 +11,15 @@ from trainctl.config.load import load
 from trainctl.errors import ConfigProblems, TrainctlError
 from trainctl.mcp.specs import (
     ServerSpec,
+    UnsetVariable,
     allowed_tools,
+    expand,
+    is_reference,
     load_servers,
     parse_server,
     parse_servers,
     server_specs,
+    spec_problems,
 )
 
 SECRET = "s3cr3t-value-0123456789"
@@ -84,6 +88,40 @@ def test_a_checked_entry_comes_back_from_its_json_unchanged(no_processes):
     }
     for name, spec in parse_servers({"mcpServers": entries}).items():
         assert ServerSpec.from_json(name, json.loads(json.dumps(spec.to_json()))) == spec
+
+
+# --- what depends on this machine ----------------------------------------------------------------------------
+
+
+def test_unset_variables_and_missing_folders_are_named_without_values(tmp_path, monkeypatch, no_processes):
+    monkeypatch.setenv("SET_TOKEN", SECRET)
+    monkeypatch.delenv("TRAINCTL_TEST_UNSET", raising=False)
+    servers = parse_servers(
+        {
+            "mcpServers": {
+                "fine": {"command": "srv", "env": {"TOKEN": "${SET_TOKEN}", "MODE": "fast"}, "cwd": str(tmp_path)},
+                "stdio": {"command": "srv", "env": {"TOKEN": "Bearer ${TRAINCTL_TEST_UNSET}"}, "cwd": "/no/such"},
+                "http": {"url": "http://h/mcp", "headers": {"Authorization": "${TRAINCTL_TEST_UNSET}"}},
+            }
+        }
+    )
+    assert spec_problems(servers["fine"]) == []
+    found = [(p.field, p.message) for p in spec_problems(servers["stdio"])]
+    assert found == [
+        ("env.TOKEN", "env.TOKEN refers to ${TRAINCTL_TEST_UNSET}, which is not set in this environment"),
+        ("cwd", "cwd '/no/such' is not a folder"),
+    ]
+    (header,) = spec_problems(servers["http"])
+    assert header.field == "headers.Authorization" and "export TRAINCTL_TEST_UNSET=..." in header.hint
+
+    assert servers["fine"].expanded_env() == {"TOKEN": SECRET, "MODE": "fast"}
+    with pytest.raises(UnsetVariable) as e:
+        servers["stdio"].expanded_env()
+    assert str(e.value) == "env TOKEN refers to ${TRAINCTL_TEST_UNSET}, which is not set in the environment"
+    assert not isinstance(e.value, TrainctlError), "a worker meets this as a call failure, not a config error"
+    assert expand("a ${SET_TOKEN} b", "x") == f"a {SECRET} b"
+    assert servers["fine"].secret_values() == [SECRET, "fast"]
+    assert is_reference("${A}${B}") and is_reference(" ${A} ") and not is_reference("Bearer ${A}")
 
 
 # --- tools.servers and tools.servers_file --------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The tools section, before anything starts.
 
-checks  (fast, no process started): tools only with the PPO family; each server's shape (a command for stdio, a URL
-        for sse/http) and the environment variables it names; the function specs; the parser format; budgets that
-        fit the response length; the data rows' agent fields.
+checks  (fast, no process started): tools only with the PPO family; each server entry, inline or in an mcpServers
+        file: its shape (a command for stdio, an http(s) URL for sse/http, a known transport), the environment
+        variables it names or `${VAR}`-references, its working folder; the function specs; the parser format;
+        budgets that fit the response length; the data rows' agent fields. Whatever can be wrong with a server
+        entry is reported here: the workers of a run get checked entries (trainctl.runtime.mcp_bridge).
 probes  (the native stage: starts the stdio servers, connects to the others, imports verl): every server lists its
         tools (trainctl.mcp.discovery; a server that does not start or answer is named with its stderr's last lines);
         each allowed tool name exists (did-you-mean against the real listing); each function has a schema; the
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from trainctl.backends import tools as verl_tools
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
-from trainctl.mcp.specs import allowed_tools, server_specs
+from trainctl.mcp.specs import allowed_tools, server_specs, spec_problems
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
@@ -107,6 +109,14 @@ def _servers(s: Subject) -> list[Problem]:
                         hint=f"export {var}=... before trainctl train",
                     )
                 )
+        if server.transport == "stdio" and server.cwd and not Path(server.cwd).expanduser().is_dir():
+            problems.append(
+                Problem(
+                    f"{key}.cwd = {server.cwd!r} is not a folder: the server could not be started in it.",
+                    key=f"{key}.cwd",
+                    hint=f"give an existing folder, or {key}.cwd=null (the run's folder)",
+                )
+            )
     if t.servers_file:
         try:
             _, from_file = server_specs(t)
@@ -115,6 +125,16 @@ def _servers(s: Subject) -> list[Problem]:
         except TrainctlError as e:
             problems.append(Problem(e.message, key="tools.servers_file", details=e.details, hint=e.hint))
         else:
+            for name, spec in from_file.items():
+                problems += [
+                    Problem(
+                        f"{t.servers_file}: server {name!r}: {found.message}.",
+                        key="tools.servers_file",
+                        details=[f"in mcpServers.{name}.{found.field}"],
+                        hint=found.hint,
+                    )
+                    for found in spec_problems(spec)
+                ]
             for name in set(from_file) & set(t.servers):
                 problems.append(
                     Problem(
@@ -127,7 +147,9 @@ def _servers(s: Subject) -> list[Problem]:
 
 
 def _in_file(p: Problem, file: str) -> Problem:
-    return Problem(f"{file}: {p.message}", key="tools.servers_file", details=p.details, hint=p.hint)
+    # the parser's messages start with the file already ("mcp.json: server 'x' ...")
+    message = p.message if p.message.startswith(str(Path(file).expanduser())) else f"{file}: {p.message}"
+    return Problem(message, key="tools.servers_file", details=p.details, hint=p.hint)
 
 
 def _functions(s: Subject) -> list[Problem]:

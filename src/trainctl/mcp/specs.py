@@ -5,8 +5,9 @@
 stdio servers are started by whoever connects (plan-time discovery, then each worker process of a run) and stopped
 with the connection; sse / streamable-http servers are reached at their URL.
 
-An entry's shape is checked at plan time by `parse_server` (raising TrainctlError); a worker gets the checked entry
-back with `ServerSpec.from_json` and never validates.
+Every mistake an entry can hold is found at plan time: its shape by `parse_server` (raising TrainctlError), what
+depends on this machine (a `${VAR}` that is not set, a `cwd` that does not exist) by `spec_problems`. A worker
+gets the checked entry back with `ServerSpec.from_json` and never validates.
 
 Secrets: `env` and `headers` values may be `${VAR}` references, expanded from the environment only when a server
 starts; values are never printed (reprs, descriptions and errors leave them out).
@@ -36,8 +37,8 @@ _SECRET_OPTION = re.compile(r"(token|secret|password|passwd|api[-_]?key|credenti
 
 
 class UnsetVariable(Exception):
-    """A `${VAR}` reference to a variable this process's environment lacks (a worker that meets it reports a tool
-    error, see trainctl.runtime.mcp_bridge)."""
+    """A `${VAR}` reference to a variable this process's environment lacks (found at plan time by `spec_problems`;
+    a worker that meets it reports a tool error, see trainctl.runtime.mcp_bridge)."""
 
     def __init__(self, what: str, var: str):
         super().__init__(f"{what} refers to ${{{var}}}, which is not set in the environment")
@@ -230,6 +231,39 @@ def load_servers(path: str | Path) -> dict[str, ServerSpec]:
             hint="fix the JSON (a trailing comma or a missing quote is the usual cause)",
         ) from None
     return parse_servers(data, str(path))
+
+
+# -- what depends on this machine --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """Something about a well-formed entry that would stop the server from starting here."""
+
+    field: str  # env.NAME, headers.NAME or cwd
+    message: str
+    hint: str
+
+
+def spec_problems(spec: ServerSpec) -> list[SpecProblem]:
+    """What would keep a well-formed server from starting on this machine: `${VAR}` references to variables that
+    are not set (its env and headers), a working folder that does not exist. Names only, never values."""
+    found = []
+    for part, pairs in (("env", spec.env), ("headers", spec.headers)):
+        for key, value in pairs:
+            for var in _VAR.findall(value):
+                if var not in os.environ:
+                    found.append(
+                        SpecProblem(
+                            f"{part}.{key}",
+                            f"{part}.{key} refers to ${{{var}}}, which is not set in this environment",
+                            f"export {var}=... before trainctl train (the server gets it when it starts; the value "
+                            "is never saved)",
+                        )
+                    )
+    if spec.transport == "stdio" and spec.cwd and not Path(spec.cwd).expanduser().is_dir():
+        found.append(SpecProblem("cwd", f"cwd {spec.cwd!r} is not a folder", "give an existing folder, or drop cwd"))
+    return found
 
 
 # -- tools.servers and tools.servers_file --------------------------------------------------------------------------
