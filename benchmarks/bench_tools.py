@@ -95,6 +95,8 @@ async def _sdk_calls(argv: list[str], n: int) -> list[float]:
 
 
 def latency_rows(calls: int) -> list[Row]:
+    from trainctl.mcp.discovery import discover
+    from trainctl.mcp.specs import parse_server
     from trainctl.runtime import mcp_bridge as mb
     from trainctl.runtime.tools import calculator
 
@@ -114,9 +116,9 @@ def latency_rows(calls: int) -> list[Row]:
 
     connects = []
     for _ in range(3):
-        spec = mb.parse_server("calc", stdio)
+        spec = parse_server("calc", stdio)
         start = time.perf_counter()
-        mb.discover({"calc": spec})  # start, handshake, list tools, stop
+        discover({"calc": spec})  # start, handshake, list tools, stop
         connects.append(time.perf_counter() - start)
 
     for transport, path in (("sse", "/sse"), ("streamable-http", "/mcp")):
@@ -167,7 +169,7 @@ def latency_rows(calls: int) -> list[Row]:
 def grpo_rows(n: int) -> list[Row]:
     """`trainctl train recipe=agent-arith-tiny-cpu` as a user runs it (model init tiny-tools, data prep arith-tools)."""
     from trainctl.metrics import read_metrics
-    from trainctl.runtime import mcp_bridge as mb
+    from trainctl.runtime.tool_calls import read_call_logs
 
     step_s, gen_s, calls_per_step, wall = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,7 +191,7 @@ def grpo_rows(n: int) -> list[Row]:
             for s in range(2, STEPS + 1):
                 step_s.append(metrics[s]["timing_s/step"])
                 gen_s.append(metrics[s]["timing_s/gen"])
-            calls_per_step.append(len(mb.read_call_logs(run / "tools" / "calls")) / STEPS)
+            calls_per_step.append(len(read_call_logs(run / "tools" / "calls")) / STEPS)
             print(f"  run {i + 1}: {wall[-1]:.0f}s, step {statistics.median(step_s[-(STEPS - 1) :]):.2f}s", flush=True)
         sample = json.loads((work / "runs" / "agent-0" / "rollouts" / f"{STEPS}.jsonl").read_text().splitlines()[0])
     return [

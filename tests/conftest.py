@@ -41,6 +41,7 @@ HEAVY_FIRST = (
     "tests/runs/test_status.py",
     "tests/launch/test_interrupt.py",
     "tests/runtime/test_mcp_bridge.py",
+    "tests/mcp/",  # real MCP servers started and listed (moved out of test_mcp_bridge.py)
     "tests/runtime/test_verl_patches.py",
     "tests/launch/test_ppo.py",  # reads the GRPO and agent runs
     "tests/launch/",

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.runtime.mcp_fixtures import calculator_file, free_port, http_server, wait_gone
-from trainctl.config import tools as tools_config
+from trainctl.mcp.discovery import forget_discovered
 from trainctl.plan import make_plan
 
 # small enough for grpo's batch checks on the generated data; the tools' own settings come from the option
@@ -26,9 +26,9 @@ SECRET = "s3cr3t-token-0123456789"
 
 @pytest.fixture(autouse=True)
 def fresh_listings():
-    tools_config.forget_discovered()
+    forget_discovered()
     yield
-    tools_config.forget_discovered()
+    forget_discovered()
 
 
 @pytest.fixture
@@ -261,3 +261,59 @@ def test_a_server_entry_is_checked_against_its_schema(cli, no_processes):
     assert "tools.servers.calculator.transport = 'websocket' is not one of: stdio, sse, http" in text
     result, text = _validate(cli, *GRPO, "tools=calculator", "tools.servers.calculator=5")
     assert "tools.servers must be a mapping (key: value), not {'calculator': 5}" in text
+
+
+def test_every_mistake_in_a_server_entry_is_found_before_anything_starts(cli, tmp_path, no_processes, monkeypatch):
+    """What a worker could trip over in a server entry is a plan-time problem: `config validate` exits 1 naming
+    the file, the server and the key; the run's workers get checked entries (tests/runtime/test_mcp_bridge.py)."""
+    monkeypatch.delenv("SEARCH_TOKEN", raising=False)
+    servers = tmp_path / "mcp.json"
+    servers.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "socket": {"type": "websocket", "url": "http://127.0.0.1:9/ws"},
+                    "ftp": {"url": "ftp://127.0.0.1/mcp"},
+                    "nocommand": {"type": "stdio", "args": ["server.py"]},
+                }
+            }
+        )
+    )
+    result, text = _validate(cli, *GRPO, "tools=none", f"tools.servers_file={servers}")
+    assert result.exit_code == 1
+    assert f"{servers}: server 'socket': unknown \"type\" 'websocket'." in text
+    assert f"{servers}: {servers}" not in text, "the file is named once"
+    assert "one of stdio, sse, streamable-http" in text
+    assert f'{servers}: server \'ftp\' has neither a "command" (stdio) nor an http(s) "url"' in text
+    assert f"{servers}: server 'nocommand' has no \"command\" to start it with." in text
+
+    servers.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "search": {
+                        "command": sys.executable,
+                        "args": ["search.py"],
+                        "env": {"SEARCH_TOKEN": "${SEARCH_TOKEN}", "OTHER_TOKEN": SECRET},
+                        "cwd": str(tmp_path / "no-such-folder"),
+                    },
+                    "remote": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${SEARCH_TOKEN}"}},
+                }
+            }
+        )
+    )
+    result, text = _validate(cli, *GRPO, "tools=none", f"tools.servers_file={servers}")
+    assert result.exit_code == 1
+    assert (
+        f"{servers}: server 'search': env.SEARCH_TOKEN refers to ${{SEARCH_TOKEN}}, which is not set in this "
+        "environment." in text
+    )
+    assert f"{servers}: server 'search': cwd '{tmp_path / 'no-such-folder'}' is not a folder." in text
+    assert f"{servers}: server 'remote': headers.Authorization refers to ${{SEARCH_TOKEN}}" in text
+    assert "in mcpServers.remote.headers.Authorization" in text and "export SEARCH_TOKEN=..." in text
+    assert SECRET not in result.output
+
+    result, text = _validate(cli, *GRPO, "tools=calculator", f"tools.servers.calculator.cwd={tmp_path / 'nowhere'}")
+    assert result.exit_code == 1
+    assert f"tools.servers.calculator.cwd = '{tmp_path / 'nowhere'}' is not a folder" in text
+    assert "tools.servers.calculator.cwd=null" in text

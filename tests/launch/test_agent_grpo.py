@@ -18,7 +18,7 @@ import yaml
 
 from tests.runtime.mcp_fixtures import wait_gone
 from trainctl.metrics import read_metrics
-from trainctl.runtime import mcp_bridge as mb
+from trainctl.runtime.tool_calls import read_call_logs
 
 # a hermes call, the tool's answer verl appended as the next turn, and what the model generated after it
 # (rollouts are decoded without special tokens: <|im_end|>/<|im_start|> are gone, role names stay)
@@ -38,7 +38,7 @@ def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_pp
 
     # what the calculator process itself answered, and the calls the bridge in the agent-loop worker made
     executed = [json.loads(line) for line in (run / "tools" / "calculator.jsonl").read_text().splitlines()]
-    bridged = mb.read_call_logs(run / "tools" / "calls")
+    bridged = read_call_logs(run / "tools" / "calls")
     assert executed and bridged
     answers = {c["expression"]: c.get("result") for c in executed}
     answered = [c for c in bridged if not c["error"]]

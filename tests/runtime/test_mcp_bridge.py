@@ -1,4 +1,6 @@
-"""The MCP bridge against real MCP server processes: stdio ones it starts, SSE / streamable-HTTP ones on 127.0.0.1."""
+"""The MCP bridge (the worker side) against real MCP server processes: stdio ones it starts, SSE / streamable-HTTP
+ones on 127.0.0.1. The servers file and discovery (plan time) are tested in tests/mcp/, the tool config in
+tests/backends/test_tools.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ import uuid
 import pytest
 
 from tests.runtime.mcp_fixtures import (
-    calculator_entry,
     calculator_file,
     free_port,
     http_server,
@@ -24,14 +25,18 @@ from tests.runtime.mcp_fixtures import (
     processes_running,
     wait_gone,
 )
-from trainctl.errors import ConfigProblems, TrainctlError
+from trainctl.backends.tools import tool_config, write_tool_config
+from trainctl.errors import TrainctlError
+from trainctl.mcp.discovery import Discovered, discover
+from trainctl.mcp.specs import ServerSpec, load_servers, parse_servers
 from trainctl.runtime import mcp_bridge as mb
+from trainctl.runtime.tool_calls import read_call_logs
 
 SECRET = "s3cr3t-value-0123456789"
 
 
-def _servers(**entries) -> dict[str, mb.ServerSpec]:
-    return mb.parse_servers({"mcpServers": entries})
+def _servers(**entries) -> dict[str, ServerSpec]:
+    return parse_servers({"mcpServers": entries})
 
 
 def _tool(config: dict, schema: dict | None = None):
@@ -49,146 +54,6 @@ async def _execute(tool, arguments, agent_data=None):
         await tool.release(instance)
 
 
-# --- the mcpServers file -------------------------------------------------------------------------------------
-
-
-def test_servers_file_shapes_and_mistakes(tmp_path, no_processes):
-    good = tmp_path / "mcp.json"
-    good.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "local": {"command": "node", "args": ["build/index.js"], "env": {"API_KEY": "${API_KEY}"}},
-                    "calc": {"type": "sse", "url": "http://localhost:8001/sse"},
-                    "remote": {"url": "http://127.0.0.1:9000/mcp"},
-                    "vscode": {"type": "http", "url": "http://127.0.0.1:9001/mcp"},
-                }
-            }
-        )
-    )
-    servers = mb.load_servers(good)
-    assert {n: s.transport for n, s in servers.items()} == {
-        "local": "stdio",
-        "calc": "sse",
-        "remote": "streamable-http",
-        "vscode": "streamable-http",
-    }
-    assert servers["local"].describe() == "stdio: node build/index.js"
-    assert "API_KEY" not in repr(servers["local"]) and "${API_KEY}" not in servers["local"].describe()
-    flags = mb.parse_server("x", {"command": "srv", "args": ["--api-key", SECRET, f"--token={SECRET}", "--port", "3"]})
-    assert flags.describe() == "stdio: srv --api-key *** --token=*** --port 3"
-
-    broken = tmp_path / "broken.json"
-    broken.write_text('{\n  "mcpServers": {\n    "calc": {"url": "http://x/sse",}\n  }\n}\n')
-    with pytest.raises(TrainctlError) as e:
-        mb.load_servers(broken)
-    assert f"MCP servers file {broken} is not valid JSON" in e.value.message and "at line 3" in e.value.message
-    assert '{"url": "http://x/sse",}' in "\n".join(e.value.details)
-
-    with pytest.raises(TrainctlError, match='expected an object with an "mcpServers" object inside'):
-        mb.parse_servers({"servers": {}}, "x.json")
-    with pytest.raises(ConfigProblems) as problems:
-        mb.parse_servers(
-            {"mcpServers": {"a": {"args": ["x"]}, "b": {"type": "websocket", "url": "http://h/ws"}, "c": "npx"}}, "f"
-        )
-    messages = [p.message for p in problems.value.problems]
-    assert messages == [
-        'f: server \'a\' has neither a "command" (stdio) nor an http(s) "url" (sse / streamable-http).',
-        "f: server 'b': unknown \"type\" 'websocket'.",
-        "f: server 'c' must be an object, not str.",
-    ]
-    with pytest.raises(TrainctlError, match=r"MCP servers file .* does not exist"):
-        mb.load_servers(tmp_path / "missing.json")
-
-
-# --- discovery -----------------------------------------------------------------------------------------------
-
-
-def test_discovery_lists_the_tools_verl_then_loads(tmp_path):
-    from verl.tools.tool_registry import initialize_tools_from_config
-
-    from trainctl.data.tools import calculator_schema
-
-    servers = _servers(calc=calculator_entry(log=tmp_path / "calc.log"))
-    found = mb.discover(servers)
-    assert [t.name for t in found["calc"].tools] == ["calculator"]
-    assert not wait_gone(str(tmp_path / "calc.log")), "discovery stops the stdio server it started"
-
-    path = mb.write_tool_config(tmp_path / "tools.yaml", mb.tool_config(found, timeout=5))
-    [tool] = initialize_tools_from_config(str(path))
-    assert type(tool).__name__ == "MCPTool" and tool.name == "calculator"
-    # the prompt verl renders for this tool is exactly the one the SFT demonstrations carry
-    assert tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) == calculator_schema()
-    assert tool.config["server_spec"] == servers["calc"].to_json()
-
-
-def test_discovery_names_each_server_that_cannot_start_or_be_reached(tmp_path, monkeypatch):
-    monkeypatch.setenv("API_TOKEN", SECRET)
-    port = free_port()  # nothing listens there
-    servers = _servers(
-        ghost={"command": "trainctl-no-such-mcp-server", "args": ["--stdio"]},
-        down={"type": "sse", "url": f"http://127.0.0.1:{port}/sse"},
-        down_http={"url": f"http://127.0.0.1:{port}/mcp"},
-        refuses=probe_server_entry("--fail-start", env={"API_TOKEN": "${API_TOKEN}"}),
-        unset={"command": sys.executable, "args": ["-c", "pass"], "env": {"KEY": "${TRAINCTL_TEST_UNSET_VAR}"}},
-        fine=calculator_entry(),
-    )
-    with pytest.raises(ConfigProblems) as e:
-        mb.discover(servers, timeout=30)
-    by_key = {p.key: p for p in e.value.problems}
-    assert sorted(by_key) == [f"mcpServers.{n}" for n in ("down", "down_http", "ghost", "refuses", "unset")]
-    ghost = by_key["mcpServers.ghost"]
-    assert (
-        ghost.message
-        == "MCP server 'ghost' could not be started: the command 'trainctl-no-such-mcp-server' was not found"
-    )
-    assert ghost.hint == "run it by hand to see it start: trainctl-no-such-mcp-server --stdio"
-    assert by_key["mcpServers.down"].message.startswith(
-        f"MCP server 'down' could not be reached: nothing answers at http://127.0.0.1:{port}/sse"
-    )
-    assert by_key["mcpServers.down_http"].message.startswith(
-        f"MCP server 'down_http' could not be reached: nothing answers at http://127.0.0.1:{port}/mcp"
-    )
-    refuses = by_key["mcpServers.refuses"]
-    assert "could not be started: the server closed the connection" in refuses.message
-    assert "  testing server: cannot start, API_TOKEN=*** rejected" in refuses.details
-    assert by_key["mcpServers.unset"].message == (
-        "MCP server 'unset' could not be started: env KEY refers to ${TRAINCTL_TEST_UNSET_VAR}, "
-        "which is not set in the environment"
-    )
-    assert SECRET not in str(e.value) + "".join(str(p.details) for p in e.value.problems)
-
-
-def test_schemas_become_what_verl_validates():
-    from verl.tools.schemas import OpenAIFunctionToolSchema
-
-    tool = {
-        "name": "search",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "what to look for"},
-                "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "Limit"},
-                "mode": {"enum": ["fast", "exact"]},
-                "filters": {"type": "object", "properties": {"lang": {"type": "string"}}},
-                "anything": {},
-            },
-            "required": ["query", "ghost"],
-        },
-    }
-    schema = mb.openai_tool_schema(tool)
-    OpenAIFunctionToolSchema.model_validate(schema)
-    assert schema["function"]["description"] == "search"
-    assert schema["function"]["parameters"]["properties"] == {
-        "query": {"type": "string", "description": "what to look for"},
-        "limit": {"type": ["integer", "null"], "description": "Limit"},
-        "mode": {"type": "string", "enum": ["fast", "exact"]},
-        "filters": {"type": "object"},
-        "anything": {"type": "string"},
-    }
-    assert schema["function"]["parameters"]["required"] == ["query"]
-
-
 # --- calls ---------------------------------------------------------------------------------------------------
 
 
@@ -199,8 +64,8 @@ def test_a_server_over_http_on_localhost(tmp_path, transport, path):
     argv = [sys.executable, str(calculator_file()), "--transport", transport, "--port", str(port), "--log", str(log)]
     with http_server(argv, port) as proc:
         servers = _servers(calc={"type": transport, "url": f"http://127.0.0.1:{port}{path}"})
-        found = mb.discover(servers)
-        [entry] = mb.tool_config(found)["tools"]
+        found = discover(servers)
+        [entry] = tool_config(found)["tools"]
         tool = _tool(entry["config"], entry["tool_schema"])
         response, _, metrics = asyncio.run(_execute(tool, {"expression": "6 * (3 + 4)"}))
         assert response.text == "42" and metrics["tool_error"] == 0
@@ -215,8 +80,8 @@ def test_a_server_over_http_on_localhost(tmp_path, transport, path):
 def test_a_call_that_raises_or_times_out_is_an_error_result_and_the_next_call_works(tmp_path):
     tag = uuid.uuid4().hex
     servers = _servers(testing=probe_server_entry("--tag", tag))
-    found = mb.discover(servers)
-    entries = {e["config"]["mcp_tool"]: e for e in mb.tool_config(found, timeout=3.0, call_log_dir=tmp_path)["tools"]}
+    found = discover(servers)
+    entries = {e["config"]["mcp_tool"]: e for e in tool_config(found, timeout=3.0, call_log_dir=tmp_path)["tools"]}
     tools = {name: _tool(e["config"], e["tool_schema"]) for name, e in entries.items()}
 
     async def scenario():
@@ -248,7 +113,7 @@ def test_a_call_that_raises_or_times_out_is_an_error_result_and_the_next_call_wo
     for name in ("slow", "raises", "crash"):
         _, reward, metrics = out[name]
         assert reward == 0.0 and metrics["tool_error"] == 1
-    log = mb.read_call_logs(tmp_path)
+    log = read_call_logs(tmp_path)
     assert [r["tool"] for r in log] == ["pid", "sleep", "sleep", "fail", "sleep", "sleep", "crash", "pid"]
     assert [r["error"] for r in log] == [False, True, False, True, True, True, True, False]
 
@@ -270,13 +135,46 @@ def test_an_unreachable_server_at_run_time_is_an_error_result(tmp_path):
     assert metrics["tool_error"] == 1
 
 
+def test_what_changed_since_the_plan_is_the_calls_error_result_never_a_config_error(tmp_path, monkeypatch):
+    """The plan checked every entry (tests/checks/test_tools.py); a worker validates nothing. An mcpServers file
+    edited or removed since, or a variable missing from the worker's environment, is the answer the model reads."""
+    monkeypatch.delenv("TRAINCTL_TEST_WORKER_VAR", raising=False)
+    servers_file = tmp_path / "mcp.json"  # the plan read it with a server "calc" in it
+    by_file = {"type": "native", "server": "calc", "servers_file": str(servers_file), "mcp_tool": "calculator"}
+    by_spec = {
+        "type": "native",
+        "server": "t",
+        "server_spec": {"command": sys.executable, "args": ["x.py"], "env": {"K": "${TRAINCTL_TEST_WORKER_VAR}"}},
+        "mcp_tool": "calculator",
+        "call_log_dir": str(tmp_path / "calls"),
+    }
+    removed = asyncio.run(_execute(_tool(by_file), {"expression": "1"}))
+    servers_file.write_text(json.dumps({"mcpServers": {"other": {"command": "srv"}}}))
+    renamed = asyncio.run(_execute(_tool(by_file), {"expression": "1"}))
+    unset = asyncio.run(_execute(_tool(by_spec), {"expression": "1"}))
+
+    assert (
+        renamed[0].text
+        == f"Error: MCP server 'calc' is unavailable: {servers_file} no longer names it (it names ['other'])"
+    )
+    assert (
+        removed[0].text == f"Error: MCP server 'calc' is unavailable: MCP servers file {servers_file} does not exist."
+    )
+    assert unset[0].text == (
+        "Error: MCP server 't' is unavailable: env K refers to ${TRAINCTL_TEST_WORKER_VAR}, which is not set in the "
+        "environment"
+    )
+    assert [r[2]["tool_error"] for r in (renamed, removed, unset)] == [1, 1, 1]
+    assert read_call_logs(tmp_path / "calls")[0]["error"] is True
+
+
 def test_secrets_reach_the_server_but_no_config_or_log(tmp_path, monkeypatch):
     monkeypatch.setenv("API_TOKEN", SECRET)
     servers_file = tmp_path / "mcp.json"
     servers_file.write_text(json.dumps({"mcpServers": {"t": probe_server_entry(env={"API_TOKEN": SECRET})}}))
-    found = mb.discover(mb.load_servers(servers_file))
-    config = mb.tool_config(found, servers_file=servers_file, call_log_dir=tmp_path / "calls")
-    path = mb.write_tool_config(tmp_path / "tools.yaml", config)
+    found = discover(load_servers(servers_file))
+    config = tool_config(found, servers_file=servers_file, call_log_dir=tmp_path / "calls")
+    path = write_tool_config(tmp_path / "tools.yaml", config)
     assert SECRET not in path.read_text(), "the tool config names the servers file instead of copying it"
     entry = next(e for e in config["tools"] if e["config"]["mcp_tool"] == "env_length")
     response, _, _ = asyncio.run(_execute(_tool(entry["config"], entry["tool_schema"]), {"name": "API_TOKEN"}))
@@ -284,9 +182,9 @@ def test_secrets_reach_the_server_but_no_config_or_log(tmp_path, monkeypatch):
     assert SECRET not in (tmp_path / "calls").joinpath(f"calls-{os.getpid()}.jsonl").read_text()
 
     with pytest.raises(TrainctlError, match="API_TOKEN would be written into the run's tool config as literal"):
-        mb.tool_config(found)
-    by_reference = mb.parse_servers({"mcpServers": {"t": probe_server_entry(env={"API_TOKEN": "${API_TOKEN}"})}})
-    inline = mb.tool_config({"t": mb.Discovered(by_reference["t"], found["t"].tools, 0.0)})
+        tool_config(found)
+    by_reference = parse_servers({"mcpServers": {"t": probe_server_entry(env={"API_TOKEN": "${API_TOKEN}"})}})
+    inline = tool_config({"t": Discovered(by_reference["t"], found["t"].tools, 0.0)})
     assert inline["tools"][0]["config"]["server_spec"]["env"] == {"API_TOKEN": "${API_TOKEN}"}
     asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
 
@@ -294,7 +192,7 @@ def test_secrets_reach_the_server_but_no_config_or_log(tmp_path, monkeypatch):
 def test_trajectory_sessions_get_a_server_each_and_close_with_the_trajectory():
     tag = uuid.uuid4().hex
     servers = _servers(testing=probe_server_entry("--tag", tag))
-    entries = mb.tool_config(mb.discover(servers), session="trajectory")["tools"]
+    entries = tool_config(discover(servers), session="trajectory")["tools"]
     pid_entry = next(e for e in entries if e["config"]["mcp_tool"] == "pid")
     tool = _tool(pid_entry["config"], pid_entry["tool_schema"])
 
@@ -318,8 +216,9 @@ def test_trajectory_sessions_get_a_server_each_and_close_with_the_trajectory():
 CHILD = textwrap.dedent(
     """
     import asyncio, sys, time
+    from trainctl.mcp.specs import parse_server
     from trainctl.runtime import mcp_bridge as mb
-    spec = mb.parse_server("t", {"command": sys.executable, "args": [sys.argv[1], "--tag", sys.argv[2]]})
+    spec = parse_server("t", {"command": sys.executable, "args": [sys.argv[1], "--tag", sys.argv[2]]})
     print(asyncio.run(mb.call_tool(spec, "pid", {}))[0], flush=True)
     if sys.argv[3] == "exit":
         sys.stdin.readline()  # exit when the test says, after it has seen the server running

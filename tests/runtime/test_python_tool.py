@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from tests.runtime.agent_loop_harness import loop_config, run_tool_loop, tool_call
-from trainctl.config import tools as tools_config
+from trainctl.backends import tools as verl_tools
 from trainctl.data.tools import TOOL_INSTRUCTION
 from trainctl.plan import make_plan
 from trainctl.runtime import python_tool
-from trainctl.runtime.mcp_bridge import read_call_logs
+from trainctl.runtime.tool_calls import read_call_logs
 from trainctl.runtime.tool_metrics import CallReader, call_metrics
 
 QUESTION = [{"role": "user", "content": f"What is 6 * 7? {TOOL_INSTRUCTION}"}]
@@ -51,8 +51,8 @@ def _tool_config(tmp_path, overrides: list[str]):
     from trainctl.checks.tools import probes
 
     assert probes(plan.subject) == []
-    path = tools_config.write_tool_config(tmp_path / "tools.yaml", plan.subject.extra["tools"]["document"])
-    return path, tools_config.run_path(plan.run_dir, tools_config.CALLS_DIR)
+    path = verl_tools.write_tool_config(tmp_path / "tools.yaml", plan.subject.extra["tools"]["document"])
+    return path, verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR)
 
 
 def test_the_shipped_function_tool_answers_in_verls_tool_loop(tiny_model_dir, tokenizer, tmp_path):

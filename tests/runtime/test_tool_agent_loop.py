@@ -12,8 +12,12 @@ import pytest
 
 from tests.runtime.agent_loop_harness import loop_config, run_tool_loop, tool_call
 from tests.runtime.mcp_fixtures import calculator_entry, probe_server_entry
+from trainctl.backends.tools import tool_config, write_tool_config
 from trainctl.data.tools import TOOL_INSTRUCTION, calculator_schema
+from trainctl.mcp.discovery import discover
+from trainctl.mcp.specs import parse_servers
 from trainctl.runtime import mcp_bridge as mb
+from trainctl.runtime.tool_calls import read_call_logs
 
 
 @pytest.fixture
@@ -31,8 +35,8 @@ def _close_connections():
 
 
 def _tools_yaml(tmp_path, servers: dict, **options):
-    found = mb.discover(mb.parse_servers({"mcpServers": servers}))
-    return mb.write_tool_config(tmp_path / "tools.yaml", mb.tool_config(found, **options))
+    found = discover(parse_servers({"mcpServers": servers}))
+    return write_tool_config(tmp_path / "tools.yaml", tool_config(found, **options))
 
 
 QUESTION = [{"role": "user", "content": f"What is 6 * 7? {TOOL_INSTRUCTION}"}]
@@ -92,7 +96,7 @@ def test_a_tool_that_raises_or_times_out_answers_with_an_error_and_the_trajector
     assert answers[2].startswith("Error: MCP server 't' went away during the call")
     assert answers[3].startswith("Unknown function 'no_such_tool'")  # verl's own answer: no server is asked
     assert out.num_turns == 10 and tokenizer.decode(out.response_ids).endswith("#### 42<|im_end|>")
-    assert [r["tool"] for r in mb.read_call_logs(tmp_path / "c")] == ["sleep", "fail", "crash"]
+    assert [r["tool"] for r in read_call_logs(tmp_path / "c")] == ["sleep", "fail", "crash"]
 
 
 FUNCTIONS = textwrap.dedent(

@@ -2,7 +2,8 @@
 
 A backend config is built in three layers, later ones winning:
   1. the backend's defaults (verl's composed YAML, TRL's dataclass defaults);
-  2. the mapping table conf/mapping/<backend>.yaml, which reads trainctl's groups (model, data, hardware, logger, run);
+  2. the mapping table conf/mapping/<backend>.yaml, which reads trainctl's groups (model, data, hardware, logger, run),
+     and the keys the backend computes in Python (`Backend.computed`: verl's tool keys);
   3. the keys set under the trainctl config's `verl:` / `trl:` node by algorithm files, recipes and the command line.
 Every key of layers 2 and 3 is checked against the real key tree of layer 1 before anything is merged.
 """
@@ -120,6 +121,9 @@ class Backend:
         for path, value in flatten(mapped):
             leaves[path] = value
             origins[path] = f"conf/mapping/{self.mapping}.yaml"
+        for path, (value, origin) in self.computed(cfg).items():
+            leaves[path] = value
+            origins[path] = origin
         for path, value in flatten(user):
             leaves.pop(path, None)  # keep the order in which a user would read it
             leaves[path] = value
@@ -148,6 +152,12 @@ class Backend:
                 (OmegaConf.select(built, parent) if parent else built).pop(last, None)
         OmegaConf.set_struct(built, True)
         return BuiltConfig(cfg=built, leaves=leaves, origins=origins, added=added, defaults=self.default_tree(choices))
+
+    def computed(self, cfg: Config) -> dict[str, tuple[Any, str]]:
+        """Backend keys computed from the trainctl config in Python, where a line of the mapping table would have to
+        hold translation logic: path -> (value, the origin `config show --origin` names). They sit between the
+        mapping table and the keys under the backend's node (which win)."""
+        return {}
 
     def declares(self, defaults: dict, path: str) -> bool:
         """Whether the backend's config classes declare a key its default YAML leaves out (a verl dataclass field,

@@ -180,6 +180,13 @@ class VerlPPO(_Verl):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return verl_defaults("ppo_trainer", _overrides(group_choices))
 
+    def computed(self, cfg: Config) -> dict[str, tuple[object, str]]:
+        """The tools section's keys (multi_turn, the agent loop, the trajectory dump): trainctl.backends.tools."""
+        from trainctl.backends.tools import verl_keys
+
+        origin = f"tools={cfg.tools.name} (trainctl.backends.tools)"
+        return {path: (value, origin) for path, value in verl_keys(cfg.tools, cfg.run.dir).items()}
+
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 

@@ -1,10 +1,12 @@
 """The tools section, before anything starts.
 
-checks  (fast, no process started): tools only with the PPO family; each server's shape (a command for stdio, a URL
-        for sse/http) and the environment variables it names; the function specs; the parser format; budgets that
-        fit the response length; the data rows' agent fields.
+checks  (fast, no process started): tools only with the PPO family; each server entry, inline or in an mcpServers
+        file: its shape (a command for stdio, an http(s) URL for sse/http, a known transport), the environment
+        variables it names or `${VAR}`-references, its working folder; the function specs; the parser format;
+        budgets that fit the response length; the data rows' agent fields. Whatever can be wrong with a server
+        entry is reported here: the workers of a run get checked entries (trainctl.runtime.mcp_bridge).
 probes  (the native stage: starts the stdio servers, connects to the others, imports verl): every server lists its
-        tools through the MCP bridge (a server that does not start or answer is named with its stderr's last lines);
+        tools (trainctl.mcp.discovery; a server that does not start or answer is named with its stderr's last lines);
         each allowed tool name exists (did-you-mean against the real listing); each function has a schema; the
         model's chat template renders the tools and verl can append their results; the tool schemas fit the prompt.
 What the probes find (listings, schemas) is kept in `s.extra["tools"]` for the launcher to write <run>/tools.yaml.
@@ -17,8 +19,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainctl.config import tools as tools_config
+from trainctl.backends import tools as verl_tools
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
+from trainctl.mcp.specs import allowed_tools, server_specs, spec_problems
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
@@ -32,7 +35,7 @@ _PARSER_REGISTRATION = re.compile(r"@ToolParser\.register\(\s*[\"']([^\"']+)[\"'
 
 def checks(s: Subject) -> list[Problem]:
     t = s.cfg.tools
-    if not tools_config.enabled(t):
+    if not verl_tools.enabled(t):
         return []
     if s.cfg.family != "ppo":
         return [
@@ -106,14 +109,32 @@ def _servers(s: Subject) -> list[Problem]:
                         hint=f"export {var}=... before trainctl train",
                     )
                 )
+        if server.transport == "stdio" and server.cwd and not Path(server.cwd).expanduser().is_dir():
+            problems.append(
+                Problem(
+                    f"{key}.cwd = {server.cwd!r} is not a folder: the server could not be started in it.",
+                    key=f"{key}.cwd",
+                    hint=f"give an existing folder, or {key}.cwd=null (the run's folder)",
+                )
+            )
     if t.servers_file:
         try:
-            _, from_file = tools_config.server_specs(t)
+            _, from_file = server_specs(t)
         except ConfigProblems as e:
             problems += [_in_file(p, t.servers_file) for p in e.problems]
         except TrainctlError as e:
             problems.append(Problem(e.message, key="tools.servers_file", details=e.details, hint=e.hint))
         else:
+            for name, spec in from_file.items():
+                problems += [
+                    Problem(
+                        f"{t.servers_file}: server {name!r}: {found.message}.",
+                        key="tools.servers_file",
+                        details=[f"in mcpServers.{name}.{found.field}"],
+                        hint=found.hint,
+                    )
+                    for found in spec_problems(spec)
+                ]
             for name in set(from_file) & set(t.servers):
                 problems.append(
                     Problem(
@@ -126,7 +147,9 @@ def _servers(s: Subject) -> list[Problem]:
 
 
 def _in_file(p: Problem, file: str) -> Problem:
-    return Problem(f"{file}: {p.message}", key="tools.servers_file", details=p.details, hint=p.hint)
+    # the parser's messages start with the file already ("mcp.json: server 'x' ...")
+    message = p.message if p.message.startswith(str(Path(file).expanduser())) else f"{file}: {p.message}"
+    return Problem(message, key="tools.servers_file", details=p.details, hint=p.hint)
 
 
 def _functions(s: Subject) -> list[Problem]:
@@ -235,15 +258,15 @@ def _data(s: Subject) -> list[Problem]:
             continue
         if agents is not None:
             named = sorted({str(a) for a in agents.column("agent_name").to_pylist() if a is not None})
-            other = [a for a in named if a != tools_config.TOOL_AGENT]
+            other = [a for a in named if a != verl_tools.TOOL_AGENT]
             if other:
                 problems.append(
                     Problem(
                         f"{path} has rows with agent_name = {', '.join(map(repr, other))}: verl runs them through that "
-                        f"loop, which never calls tools (tools={s.cfg.tools.name} needs {tools_config.TOOL_AGENT!r}).",
+                        f"loop, which never calls tools (tools={s.cfg.tools.name} needs {verl_tools.TOOL_AGENT!r}).",
                         key=f"data.{split_key}",
                         hint="drop the agent_name column (trainctl then runs every row through tool_agent), or "
-                        f"write {tools_config.TOOL_AGENT!r} in it",
+                        f"write {verl_tools.TOOL_AGENT!r} in it",
                     )
                 )
         if infos:
@@ -261,11 +284,11 @@ def _data(s: Subject) -> list[Problem]:
 
 def probes(s: Subject) -> list[Problem]:
     t = s.cfg.tools
-    if not tools_config.enabled(t) or s.cfg.family != "ppo":
+    if not verl_tools.enabled(t) or s.cfg.family != "ppo":
         return []
     problems: list[Problem] = []
     try:
-        inline_specs, file_specs = tools_config.server_specs(t)
+        inline_specs, file_specs = server_specs(t)
     except (TrainctlError, ConfigProblems):
         return []  # reported by the checks
     inline = _discover(inline_specs, t, problems, "tools.servers")
@@ -273,7 +296,7 @@ def probes(s: Subject) -> list[Problem]:
     schemas: list[dict] = []
     for name, d in {**inline, **from_file}.items():
         listed = [tool.name for tool in d.tools]
-        keep = tools_config.allowed(t, name)
+        keep = allowed_tools(t, name)
         for wanted in keep or []:
             if wanted not in listed:
                 guess = closest(wanted, listed)
@@ -297,7 +320,7 @@ def probes(s: Subject) -> list[Problem]:
     if problems:
         return problems
     try:
-        document = tools_config.tool_config_document(t, inline, from_file, functions, s.cfg.run.dir)
+        document = verl_tools.tool_config_document(t, inline, from_file, functions, s.cfg.run.dir)
     except TrainctlError as e:
         return [Problem(e.message, key="tools", hint=e.hint)]
     schemas = [entry["tool_schema"] for entry in document["tools"]]
@@ -328,10 +351,12 @@ def probes(s: Subject) -> list[Problem]:
 
 
 def _discover(specs: dict, t, problems: list[Problem], where: str) -> dict:
+    from trainctl.mcp.discovery import discover
+
     if not specs:
         return {}
     try:
-        return tools_config.discover(specs, timeout=t.connect_timeout_s)
+        return discover(specs, timeout=t.connect_timeout_s, cached=True)
     except ConfigProblems as e:
         for p in e.problems:
             name = (p.key or "").split(".", 1)[-1]

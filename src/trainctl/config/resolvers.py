@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -108,23 +109,23 @@ def _as_list(value):
     return [value] if isinstance(value, str) else value
 
 
-def _tools(tools, run_dir, field):
-    from trainctl.config.tools import verl_value
-
-    tools = OmegaConf.to_container(tools, resolve=True) if OmegaConf.is_config(tools) else tools
-    return _opt(verl_value(tools, run_dir, field))
+# the tool servers trainctl ships (runtime/tools/NAME.py); a stdio server is started by path, so this is a path
+# only (nothing of runtime/ is imported here)
+BUILTIN_TOOLS = Path(__file__).resolve().parent.parent / "runtime" / "tools"
 
 
 def _builtin_tool(name):
-    from trainctl.config.tools import builtin_tool
-
-    return builtin_tool(name)
+    """The file of a tool server trainctl ships (conf/tools/calculator.yaml starts it by path)."""
+    path = BUILTIN_TOOLS / f"{name}.py"
+    if not path.is_file():
+        found = sorted(p.stem for p in BUILTIN_TOOLS.glob("*.py") if not p.stem.startswith("_"))
+        raise ValueError(f"trainctl ships no tool server {name!r} (it ships: {', '.join(found)})")
+    return str(path)
 
 
 def _python():
-    from trainctl.config.tools import python
-
-    return python()
+    """The Python running trainctl: it has the mcp package the built-in servers need."""
+    return sys.executable
 
 
 def _report_to(backends):
@@ -153,7 +154,6 @@ _RESOLVERS = {
     "tc.if_rm_servers": _if_rm_servers,
     "tc.reward_manager": _reward_manager,
     "tc.reward_settings": _reward_settings,
-    "tc.tools": _tools,
     "tc.builtin_tool": _builtin_tool,
     "tc.python": _python,
 }

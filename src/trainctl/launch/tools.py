@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainctl.config import tools as tools_config
+from trainctl.backends import tools as verl_tools
 from trainctl.plan import Plan
 
 # where trainctl's tool metrics (trainctl.runtime.tool_metrics) read the calls each step made
@@ -13,13 +13,13 @@ CALLS_ENV = "TRAINCTL_TOOL_CALLS"
 
 
 def uses_tools(plan: Plan) -> bool:
-    return plan.cfg.family == "ppo" and tools_config.enabled(plan.cfg.tools)
+    return plan.cfg.family == "ppo" and verl_tools.enabled(plan.cfg.tools)
 
 
 def env(plan: Plan) -> dict[str, str]:
     if not uses_tools(plan):
         return {}
-    return {CALLS_ENV: str(tools_config.run_path(plan.run_dir, tools_config.CALLS_DIR))}
+    return {CALLS_ENV: str(verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR))}
 
 
 def write_tool_config(plan: Plan) -> Path | None:
@@ -34,6 +34,6 @@ def write_tool_config(plan: Plan) -> Path | None:
         plan.problems += probes(plan.subject)
         plan.raise_for_errors()
         found = plan.subject.extra["tools"]
-    tools_config.run_path(plan.run_dir, tools_config.CALLS_DIR).mkdir(parents=True, exist_ok=True)
-    path = tools_config.run_path(plan.run_dir, tools_config.TOOL_CONFIG)
-    return tools_config.write_tool_config(path, found["document"])
+    verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR).mkdir(parents=True, exist_ok=True)
+    path = verl_tools.run_path(plan.run_dir, verl_tools.TOOL_CONFIG)
+    return verl_tools.write_tool_config(path, found["document"])

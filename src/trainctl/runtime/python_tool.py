@@ -6,6 +6,11 @@ named in the config instead, with the same schema rules as verl's (type hints an
 transformers' `get_json_schema`), a timeout, and a line per call in the run's call log (the tool metrics read it),
 the same as the MCP bridge writes. A function that raises or times out gives the model an error text; the
 trajectory goes on. (A timed-out call's thread cannot be killed: it finishes in the background.)
+
+The plan checks each spec and reads each schema (trainctl.checks.tools, with `split_spec`, `load_function` and
+`function_schema` here); trainctl.backends.tools writes the tools.yaml entries. verl names the class by dotted path in
+tools.yaml, and run folders keep theirs: `trainctl.runtime.python_tool.PythonFunctionTool` must stay importable under
+this name for a run to resume.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.errors import TrainctlError
-from trainctl.runtime.mcp_bridge import ERROR_PREFIX, MAX_RESULT_CHARS, CallLog, openai_tool_schema
+from trainctl.mcp.results import ERROR_PREFIX, cut
+from trainctl.mcp.schemas import openai_tool_schema
+from trainctl.runtime.lazy import lazy_classes
+from trainctl.runtime.tool_calls import CallLog
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -106,8 +114,8 @@ def function_schema(fn: Callable, spec: str) -> dict:
 
 
 def result_text(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + "...(truncated)"
+    """What the model reads of a function's return value: a string as it is, anything else as JSON."""
+    return cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
 
 
 async def call_function(fn: Callable, arguments: dict, timeout: float) -> tuple[str, bool]:
@@ -128,24 +136,12 @@ async def call_function(fn: Callable, arguments: dict, timeout: float) -> tuple[
     return result_text(value), False
 
 
-CLASS_NAME = f"{__name__}.PythonFunctionTool"
-
-
-def tool_entry(spec: str, schema: dict, timeout: float, call_log_dir: str | None) -> dict:
-    """One entry of the tool config verl reads (multi_turn.tool_config_path)."""
-    config: dict[str, Any] = {"type": "native", "function": spec, "timeout": float(timeout)}
-    if call_log_dir is not None:
-        config["call_log_dir"] = str(call_log_dir)
-    return {"class_name": CLASS_NAME, "config": config, "tool_schema": schema}
-
-
-@functools.cache
-def _tool_class():
+def _function_tool_class():
     from verl.tools.base_tool import BaseTool
     from verl.tools.schemas import ToolResponse
 
     class PythonFunctionTool(BaseTool):
-        """A Python function as verl's tool agent loop calls it (config: see `tool_entry`)."""
+        """A Python function as verl's tool agent loop calls it (config: trainctl.backends.tools)."""
 
         def __init__(self, config: dict, tool_schema):
             super().__init__(config, tool_schema)
@@ -183,13 +179,9 @@ def _tool_class():
                 )
             return ToolResponse(text=text), 0.0, {"tool_seconds": seconds, "tool_error": int(error)}
 
-    PythonFunctionTool.__module__ = __name__
-    PythonFunctionTool.__qualname__ = "PythonFunctionTool"
     return PythonFunctionTool
 
 
-def __getattr__(name: str):
-    # verl imports tool classes by dotted path; build the class on first use so that plan time does not import verl
-    if name == "PythonFunctionTool":
-        return _tool_class()
-    raise AttributeError(name)
+# verl imports tool classes by dotted path; the class is built on first use so that plan time does not import verl
+CLASS_NAME = f"{__name__}.PythonFunctionTool"
+__getattr__ = lazy_classes(__name__, {"PythonFunctionTool": _function_tool_class})
