@@ -51,7 +51,10 @@ _FAILURES = (
         "if nothing killed it, look for memory: `dmesg | grep -i oom` and the log",
     ),
     (
-        re.compile(r"No space left on device|Errno 28|File too large|Errno 27|Disk quota exceeded"),
+        re.compile(
+            r"No space left on device|Errno 28|File too large|Errno 27|Disk quota exceeded"
+            r"|PytorchStreamWriter failed writing|file write failed"
+        ),
         "the disk filled up (or a file-size limit was hit) while the trainer wrote",
         "free space (trainctl ckpt prune RUN --keep-last 2 shows what it would delete); the checkpoint being "
         "written is incomplete and is not resumed from",
