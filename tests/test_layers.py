@@ -44,6 +44,9 @@ FORBIDDEN = {
     ),
     "mcp": _all_but(MCP_IMPORTS),
     "backends": ("trainctl.plan", "trainctl.cli", "trainctl.launch"),
+    # launchers start, follow and stop a prepared command: the backends and checks ask them how a trainer reaches
+    # Ray, so they sit below the plan and know nothing of it
+    "launchers": ("trainctl.plan", "trainctl.cli", "trainctl.launch", "trainctl.checks", "trainctl.backends"),
     # eval sits beside plan (it translates configs with plan.resolve, as training does), under the CLI
     "eval": ("trainctl.cli", "trainctl.launch"),
     "facts": ("trainctl.",),  # plain data: a leaf

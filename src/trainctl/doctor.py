@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl import launchers
 from trainctl.launch.lock import versions
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def run_checks(cfg: Config) -> list[Check]:
         checks.append(Check(engine, "ok" if found else "info", "importable" if found else "not installed"))
 
     want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
-    if hw.launcher == "local":
+    launcher = launchers.get(hw.launcher)
+    if launcher.ray == "own":
         if hw.device == "cuda":
             ok = n >= hw.gpus_per_node
             checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", f"wants {want}; this machine has {n}"))
@@ -88,6 +90,8 @@ def run_checks(cfg: Config) -> list[Check]:
             checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", detail))
         except Exception as e:
             checks.append(Check(f"hardware={hw.name}", "fail", f"cannot reach {hw.ray_address}: {e}"))
+        if launcher.ray == "inside":
+            checks += job_checks(cfg)
 
     for label, folder in (
         ("disk for runs", Path(cfg.run.dir).parent),
@@ -104,3 +108,35 @@ def run_checks(cfg: Config) -> list[Check]:
             Check(label, status, f"{_gib(free)} free at {folder}" + (f"; ~{_gib(need)} needed" if need else ""))
         )
     return checks
+
+
+def job_checks(cfg: Config) -> list[Check]:
+    """A Ray-job cluster: its authentication, and whether its nodes hold the secrets the run reads there."""
+    from trainctl.checks.environment import job_secrets
+    from trainctl.errors import TrainctlError
+    from trainctl.launchers import ray_jobs
+
+    address = str(cfg.hardware.ray_address)
+    mode = ray_jobs.auth_mode(address)
+    token, where = ray_jobs.auth_token()
+    if mode == "token":
+        ok = token is not None
+        detail = f"token authentication; the token from {where}" if ok else f"token authentication; none in {where}"
+        out = [Check("Ray auth", "ok" if ok else "fail", detail + ("" if ok else f" ({ray_jobs.TOKEN_HINT})"))]
+    else:
+        out = [Check("Ray auth", "warn" if mode == "disabled" else "info", f"{mode}")]
+        if mode == "disabled":
+            out[-1].detail = "disabled: anyone who reaches the dashboard can run code on the cluster"
+    needed = {k: why for k, why in job_secrets(cfg).items() if k not in cfg.hardware.forward_secrets}
+    if not needed:
+        return out
+    try:
+        found = ray_jobs.node_env(address, sorted(needed))
+    except TrainctlError as e:
+        return [*out, Check("secrets on the nodes", "warn", f"could not ask the nodes: {e.message}")]
+    for name, why in needed.items():
+        missing = [node for node, have in found.items() if not have.get(name)]
+        status = "fail" if missing else "ok"
+        detail = f"{why}: " + (f"not set on {', '.join(missing)}" if missing else f"set on all {len(found)} node(s)")
+        out.append(Check(name, status, detail))
+    return out

@@ -38,7 +38,7 @@ def test_interrupt_leaves_no_processes(ready, tmp_path, cli):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:]
-    assert "was interrupted; every process it started was stopped" in out
+    assert "was interrupted (Ctrl-C); every process it started was stopped" in out
     alive = [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"left behind: {alive}"
     row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("ctrlc "))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -49,6 +50,10 @@ def ray_head(tmp_path_factory):
     dashboard = ports["--dashboard-port"]
     env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
+    # as on a machine where a token exists: `ray start --head` then turns token authentication on (Ray 2.60)
+    token = secrets.token_hex(16)
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text(token)
     ray = Path(sys.executable).parent / "ray"
     # a job runs `python` from the PATH its cluster was started with: as a user would, start it inside the venv
     env["PATH"] = f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
@@ -76,7 +81,7 @@ def ray_head(tmp_path_factory):
         proc.kill()
         raise RuntimeError(f"the Ray head did not come up; its log: {home / 'ray-head.log'}")
     family = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
-    yield {"address": address, "home": home}
+    yield {"address": address, "home": home, "token": token}
     family |= (
         {p.pid for p in psutil.Process(proc.pid).children(recursive=True)} if psutil.pid_exists(proc.pid) else set()
     )
@@ -90,18 +95,55 @@ def ray_head(tmp_path_factory):
 
 @pytest.fixture
 def cluster(ray_head, monkeypatch):
-    monkeypatch.setenv("HOME", str(ray_head["home"]))  # where the head keeps its auth token
+    """The cluster's address; its token only in RAY_AUTH_TOKEN (no RAY_AUTH_MODE, no token file in this HOME)."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", ray_head["token"])
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     return ray_head["address"]
+
+
+def _api_jobs(address: str, token: str) -> str:
+    import urllib.request
+
+    request = urllib.request.Request(f"{address}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return r.read().decode()
 
 
 def _job(address: str) -> list[str]:
     return ["hardware.launcher=ray_job", f"hardware.ray_address={address}"]
 
 
-def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path):
-    result = cli("train", *FAST_SFT, "run.max_steps=2", "run.name=rayjob", *_job(cluster))
-    assert result.exit_code == 0, result.output
+def test_the_cluster_asks_for_a_token(ray_head):
+    """The fixture's head runs with token authentication, as `ray start --head` does where a token exists."""
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{ray_head['address']}/api/jobs/", timeout=30)
+    assert e.value.code == 401
+
+
+def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path, ray_head):
+    """Only RAY_AUTH_TOKEN is set; the secrets of this environment stay out of the job (GET /api/jobs/ shows a job's
+    runtime_env to every token holder), and Ray's own log lines stay out of trainctl's output."""
+    secrets_here = {"HF_TOKEN": "hf_notforthejob12345", "WANDB_API_KEY": "wandb-notforthejob-67890"}
+    env = {**os.environ, **secrets_here, "TRAINCTL_PROGRESS_EVERY": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainctl", "train", *FAST_SFT, "run.max_steps=2", "run.name=rayjob", *_job(cluster)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    result = proc  # stdout and stderr as the user sees them
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "step 2/2 (100%)" in result.stdout, "the live view follows the job"
+    for text in (proc.stdout, proc.stderr):
+        assert "sdk.py" not in text and "WebSocket closed" not in text, text[-2000:]
+    listing = _api_jobs(cluster, ray_head["token"])
+    assert "trainctl-rayjob-" in listing
+    for value in secrets_here.values():
+        assert value not in listing, "a secret in the job table"
     assert "step:2 - " in (tmp_path / "work" / "runs" / "rayjob" / "logs" / "attempt-1.log").read_text(), (
         "the job's logs are streamed into the run's log"
     )
@@ -113,6 +155,37 @@ def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path):
     assert attempt["job_id"] in listed.stdout and "SUCCEEDED" in listed.stdout
     status = cli("jobs", "status", attempt["job_id"], "--address", cluster)
     assert status.stdout.startswith(f"{attempt['job_id']}: SUCCEEDED")
+
+
+def test_without_a_token_nothing_is_submitted(cli, ready, cluster, monkeypatch, no_processes):
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    result = cli("train", *FAST_SFT, "run.name=notoken", *_job(cluster))
+    assert result.exit_code == 1, result.output
+    assert (
+        f"the Ray cluster at {cluster} asks for a token (token authentication), and none was found in "
+        "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH and ~/.ray/auth_token." in result.stderr
+    )
+    assert "export RAY_AUTH_TOKEN=" in result.stderr
+
+
+def test_a_forwarded_secret_is_warned_about(cli, ready, cluster, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_forwarded123456")
+    result = cli("train", *FAST_SFT, "logger=wandb", "hardware.forward_secrets=[HF_TOKEN]", *_job(cluster), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "Warning: hardware.forward_secrets=['HF_TOKEN']: the job's runtime_env will carry HF_TOKEN" in result.stderr
+    assert "read from the cluster nodes' environment: WANDB_API_KEY (logger=wandb)" in result.stdout
+    assert "forwarded in the job's runtime_env (hardware.forward_secrets): HF_TOKEN" in result.stdout
+    assert "hf_forwarded123456" not in result.output
+
+
+def test_doctor_reports_auth_and_the_secrets_the_nodes_lack(cli, cluster, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-here-not-there-123")  # here, not on the cluster's nodes
+    result = cli("doctor", "logger=wandb", *_job(cluster))
+    assert result.exit_code == 1, result.output
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert "ok Ray auth token authentication; the token from RAY_AUTH_TOKEN" in lines, result.stdout
+    assert any(line.startswith("FAIL WANDB_API_KEY logger=wandb: not set on ") for line in lines), result.stdout
+    assert "wandb-here-not-there-123" not in result.output
 
 
 def test_a_failing_job_reports_failed(cli, ready, cluster, tmp_path):
@@ -144,11 +217,14 @@ def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
     # `runs ls` asks the Jobs API about a detached job's run
     row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("raystop "))
     assert f"running (Ray job {job_id})" in row, row
-    stopped = cli("jobs", "stop", job_id, "--address", cluster)
+    stopped = cli("runs", "stop", "raystop")
+    assert stopped.exit_code == 0, stopped.output
+    assert f"stopped raystop (Ray job {job_id}: STOPPED)" in stopped.stdout
+    stopped = cli("jobs", "stop", job_id, "--address", cluster)  # already stopped: says so
     assert stopped.exit_code == 0, stopped.output
     assert stopped.stdout.strip() == f"{job_id}: STOPPED"
     row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("raystop "))
-    assert f"stopped (Ray job {job_id})" in row, row
+    assert "interrupted (stopped by trainctl runs stop)" in row, row
 
 
 def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):

@@ -16,7 +16,7 @@ def test_config_command_and_attempts(tmp_path, monkeypatch):
     run.write_config(plan, ["recipe=quickstart", "run.name=wandb-secret-value-123"])
     command = full_command(plan, 1)
     run.write_command(plan, command, ["recipe=quickstart"])
-    attempt = run.start_attempt(command)
+    attempt = run.start_attempt(command.launcher)
     run.finish_attempt("finished", 0, seconds=1.5)
 
     status = json.loads((plan.run_dir / "run.json").read_text())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import resource
 import shutil
+import subprocess
+import sys
 
 import yaml
 
@@ -12,7 +15,16 @@ from tests.real_runs import SECRET
 from trainctl.metrics import read_metrics, series
 
 
-def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready, sft_run, tmp_path):
+def _file_size_limit(size: int):
+    def limit() -> None:  # in the child: no file it (or anything it starts) writes grows beyond `size` bytes
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return limit
+
+
+def test_sft_trains_checkpoints_survives_a_full_disk_and_resumes_across_an_epoch_boundary(
+    cli, ready, sft_run, tmp_path
+):
     # the session's SFT run (tests/real_runs.py: recipe=quickstart, 4 steps, one epoch), resumed from a copy of it
     assert (sft_run.path / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
     assert "Latest checkpoint: runs/sft/checkpoints/global_step_4" in sft_run.output
@@ -21,15 +33,35 @@ def test_sft_trains_checkpoints_and_resumes_across_an_epoch_boundary(cli, ready,
     run = tmp_path / "work" / "runs" / "sft"
     shutil.copytree(sft_run.path, run, symlinks=True)
 
+    # the disk fills up while step 6's checkpoint is written (a file-size limit: the model shard fits, the optimizer
+    # state does not): the trainer fails, trainctl says why, the latest marker stays at 4 and the cut checkpoint is
+    # marked incomplete, never resumed from or merged
+    full = subprocess.run(
+        [sys.executable, "-m", "trainctl", "train", "--resume", "runs/sft", "run.epochs=2"],
+        cwd=tmp_path / "work", capture_output=True, text=True, timeout=600, preexec_fn=_file_size_limit(1_000_000),
+    )  # fmt: skip
+    assert full.returncode == 3, full.stdout + full.stderr
+    assert "the disk filled up (or a file-size limit was hit) while the trainer wrote" in full.stderr
+    checkpoints = run / "checkpoints"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    listed = cli("ckpt", "ls", "runs/sft")
+    assert "6 !" in listed.stdout and "4 *" in listed.stdout, listed.stdout
+    assert "Incomplete: global_step_6: optim_world_size_1_rank_0.pt is cut short" in " ".join(listed.stdout.split())
+    merge = cli("ckpt", "merge", str(checkpoints / "global_step_6"))
+    assert merge.exit_code == 1 and "is incomplete: optim_world_size_1_rank_0.pt is cut short" in merge.stderr
+
     # step 4 ends epoch 1: raw verl would now skip epoch 2 and exit 0 without training
     second = cli("train", "--resume", "runs/sft", "run.epochs=2")
     assert second.exit_code == 0, second.output
     assert "the end of epoch 1: verl 0.9.1 would skip the next epoch" in second.stderr
     assert (run / "checkpoints" / "global_step_8").is_dir()
+    assert not cli("ckpt", "ls", "runs/sft").stdout.count("!"), "step 6 saved again, whole"
+    third = (run / "metrics" / "attempt-3.jsonl").read_text().splitlines()
+    assert json.loads(third[0])["step"] == 5, "attempt 3 starts after the last whole checkpoint (4)"
     steps = [s for s, _ in series(read_metrics(run), "train/loss")]
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
     status = json.loads((run / "run.json").read_text())
-    assert [a["state"] for a in status["attempts"]] == ["finished", "finished"]
+    assert [a["state"] for a in status["attempts"]] == ["finished", "failed", "finished"]
 
     done = cli("train", "--resume", "runs/sft", "run.epochs=2")
     assert done.exit_code == 0

@@ -115,7 +115,9 @@ def test_ls_show_and_follow_report_each_state_and_a_killed_run(real_home, sft_ru
         long.wait(timeout=10)
         follower.wait(timeout=30)
         lines.thread.join(timeout=5)
-        assert re.search(r"^long: killed \(trainctl \(PID \d+\) is gone", lines.text, re.M), lines.text[-2000:]
+        # "is gone" until the attempt's watchdog has stopped what trainctl left and recorded the kill
+        killed = r"^long: killed \(trainctl \(PID \d+\) (is gone|was killed; its watchdog stopped the \d+ processes)"
+        assert re.search(killed, lines.text, re.M), lines.text[-2000:]
 
         after = cli("runs", "ls", "--dir", str(runs))
         row = _row(after.stdout, "long")
@@ -141,3 +143,23 @@ def test_ls_show_and_follow_report_each_state_and_a_killed_run(real_home, sft_ru
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(trainer, signal.SIGKILL)
             _wait(lambda: _gone(trainer), 20, "the trainer's exit")
+
+
+def test_a_metrics_line_cut_mid_write_hides_nothing_else(sft_run, cli, tmp_path):
+    """The trainer was killed while it wrote a metrics line: every reader takes the lines that are whole."""
+    runs = tmp_path / "work" / "runs"
+    shutil.copytree(sft_run.path, runs / "cut")
+    metrics = runs / "cut" / "metrics" / "attempt-1.jsonl"
+    lines = metrics.read_text().splitlines()
+    # a cut line in the middle (a later attempt appended after it) and one at the end, without its newline
+    metrics.write_text("\n".join([*lines[:2], lines[2][: len(lines[2]) // 2], *lines[2:]]) + "\n" + lines[3][:40])
+
+    listed = cli("runs", "ls", "--dir", str(runs))
+    assert listed.exit_code == 0 and re.search(r"done\s+4/4\s+train/loss=\d", _row(listed.stdout, "cut")), listed.output
+    shown = cli("runs", "show", "cut", "--all")
+    assert shown.exit_code == 0 and "Last metrics (step 4):" in shown.stdout, shown.output
+    ckpts = cli("ckpt", "ls", "runs/cut", "-m", "train/loss")
+    assert ckpts.exit_code == 0, ckpts.output
+    assert re.search(r"^\s*4 \*.*train/loss=\d", ckpts.stdout, re.M), ckpts.stdout
+    plotted = cli("runs", "plot", "runs/cut", "-m", "train/loss", "-o", str(tmp_path / "loss.png"))
+    assert plotted.exit_code == 0 and (tmp_path / "loss.png").stat().st_size > 1000, plotted.output

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from trainctl import paths
+from trainctl import launchers, paths
 from trainctl.backends.base import Backend, BuiltConfig, Command, python_for, torchrun_for
 from trainctl.facts.trl import DATA_KEYS, ENTRY
 
@@ -89,13 +89,14 @@ class TrlDPO(Backend):
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         run_dir = config_dir or str(Path(cfg.run.dir).expanduser().resolve())
         hw = cfg.hardware
-        if hw.launcher == "local":
+        launcher = launchers.get(hw.launcher)
+        if launcher.ray == "own":
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
             launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", ENTRY]
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
             launch = [python_for(config_dir), "-m", ENTRY, "--ray"]
-        env = {"RAY_ADDRESS": str(hw.ray_address)} if hw.launcher == "ray_cluster" and hw.ray_address else {}
+        env = launcher.trainer_env(hw)
         return Command(
             argv=[*launch, "--config", f"{run_dir}/{self.config_file}"],
             env=env,

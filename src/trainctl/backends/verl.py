@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from trainctl import paths
+from trainctl import launchers, paths
 from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, torchrun_for
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
@@ -153,11 +153,8 @@ class _Verl(Backend):
         return False
 
     def env(self, cfg: Config) -> dict[str, str]:
-        hw = cfg.hardware
-        if hw.launcher == "ray_cluster" and hw.ray_address:
-            # the driver's ray.init() joins the cluster named by RAY_ADDRESS
-            return {"RAY_ADDRESS": str(hw.ray_address)}
-        return {}
+        # what the driver's ray.init() needs to find its cluster (RAY_ADDRESS for ray_cluster)
+        return launchers.get(cfg.hardware.launcher).trainer_env(cfg.hardware)
 
     def config_args(self, cfg: Config, config_dir: str | None) -> list[str]:
         return [
@@ -194,7 +191,7 @@ class VerlPPO(_Verl):
         return verl_default_tree("ppo_trainer", _overrides(group_choices))
 
     def env(self, cfg: Config) -> dict[str, str]:
-        if cfg.hardware.launcher == "local":
+        if launchers.get(cfg.hardware.launcher).ray == "own":
             # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
             # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ...")
             return {"RAY_ADDRESS": "local"}
@@ -232,7 +229,7 @@ class VerlSFT(_Verl):
 
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         hw = cfg.hardware
-        if hw.launcher == "local":
+        if launchers.get(hw.launcher).ray == "own":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
             launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]

@@ -9,10 +9,12 @@ import netrc
 import os
 from typing import TYPE_CHECKING
 
+from trainctl import launchers
 from trainctl.errors import Problem
 
 if TYPE_CHECKING:
     from trainctl.checks.base import Subject
+    from trainctl.config.schema import Config
 
 
 def _wandb_logged_in() -> bool:
@@ -36,15 +38,43 @@ def checks(s: Subject) -> list[Problem]:
                     severity=severity,
                 )
             )
-    hw = s.cfg.hardware
-    if hw.launcher != "local" and not hw.ray_address:
-        example = "HEAD_IP:6379" if hw.launcher == "ray_cluster" else "http://HEAD_IP:8265"
-        problems.append(
-            Problem(
-                f"hardware={hw.name} runs on a Ray cluster ({hw.launcher}) but no address is set.",
-                key="hardware.ray_address",
-                hint=f"export RAY_ADDRESS={example}, or hardware.ray_address={example}",
-                severity=severity,
-            )
-        )
+    launcher = launchers.get(s.cfg.hardware.launcher)
+    problems += launcher.config_problems(s.cfg.hardware, s.launching)
+    if launcher.ray == "inside":
+        problems += _forwarded(s.cfg)
     return problems
+
+
+def job_secrets(cfg: Config) -> dict[str, str]:
+    """The secrets a run reads (name -> what reads it): a Ray job finds them in the cluster nodes' environment."""
+    from trainctl.secrets import is_secret_name
+
+    out: dict[str, str] = {}
+    for name in cfg.logger.env:
+        if is_secret_name(name):
+            out[name] = f"logger={cfg.logger.name}"
+    if cfg.family == "ppo" and cfg.reward.key_env:
+        out[cfg.reward.key_env] = "the judge (reward.key_env)"
+    for server, spec in (cfg.tools.servers or {}).items() if cfg.family == "ppo" else ():
+        for name in spec.env:
+            out.setdefault(name, f"MCP server {server}")
+    if os.environ.get("HF_TOKEN"):
+        out.setdefault("HF_TOKEN", "the hub (set here)")
+    return out
+
+
+def _forwarded(cfg: Config) -> list[Problem]:
+    names = list(cfg.hardware.forward_secrets)
+    if not names:
+        return []
+    return [
+        Problem(
+            f"hardware.forward_secrets={names}: the job's runtime_env will carry {', '.join(names)}, and Ray's Jobs "
+            "API shows a job's runtime_env to every holder of the cluster's token (on its dashboard and in "
+            "GET /api/jobs/), and keeps it in the job table after the run.",
+            key="hardware.forward_secrets",
+            hint="set them in the cluster nodes' environment instead (before `ray start`), and drop "
+            "hardware.forward_secrets; `trainctl doctor hardware=...` checks that the nodes have them",
+            severity="warning",
+        )
+    ]

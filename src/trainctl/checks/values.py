@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from trainctl.errors import Problem
+from trainctl import launchers
+from trainctl.errors import Problem, TrainctlError
 
 if TYPE_CHECKING:
     from trainctl.config.compose import Composition
@@ -26,6 +27,10 @@ def checks(cfg: Config, comp: Composition) -> list[Problem]:
                 hint="run.name=" + re.sub(r"[^\w.\-+=@]+", "-", name).strip("-"),
             )
         )
+    try:
+        launchers.get(cfg.hardware.launcher)
+    except TrainctlError as e:
+        problems.append(Problem(e.message, key="hardware.launcher", hint=e.hint))
     fmt = cfg.algorithm.data_format
     if fmt not in cfg.data.formats:
         having = [n for n, f in comp.search.options("data").items() if fmt in data_formats(f)]

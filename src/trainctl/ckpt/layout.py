@@ -58,6 +58,8 @@ class Checkpoint:
     latest: bool = False
     metrics: dict = field(default_factory=dict)
     size: int = 0
+    # why the checkpoint cannot be used, when its save did not finish (a file cut short, a rank's shard missing)
+    incomplete: str | None = None
 
     def part(self, name: str | None = None) -> Part:
         """The part a merge means: the one named, else the model/actor (never the critic unless asked)."""
@@ -86,8 +88,12 @@ class Listing:
 
     @property
     def latest(self) -> Checkpoint:
-        """What a run or output folder means when one checkpoint is asked for."""
-        return next((c for c in self.checkpoints if c.latest), self.checkpoints[-1])
+        """What a run or output folder means when one checkpoint is asked for: the latest whole one."""
+        whole = [c for c in self.checkpoints if not c.incomplete]
+        if not whole:
+            c = self.checkpoints[-1]
+            raise CheckpointError(f"{c.path} is incomplete: {c.incomplete}", hint="resume the run to save it again")
+        return next((c for c in whole if c.latest), whole[-1])
 
 
 def _adapter_lora(folder: Path) -> tuple[int, float] | None:
@@ -157,8 +163,45 @@ def _hf_part(folder: Path, name: str = "model") -> Part | None:
     return None
 
 
+def _cut_short(folder: Path) -> list[str]:
+    """Files of a verl checkpoint part whose write did not finish: torch.save writes a zip archive whose directory
+    comes last, so a file cut short (a full disk, a killed trainer) has none."""
+    import zipfile
+
+    return sorted(f.name for f in folder.glob("*.pt") if not zipfile.is_zipfile(f))
+
+
+def _incomplete(ckpt: Checkpoint) -> str | None:
+    """Why a verl checkpoint's save did not finish, or None."""
+    if ckpt.layout not in ("verl-fsdp", "verl-ppo"):
+        return None
+    for part in ckpt.parts:
+        short = _cut_short(part.path)
+        if short:
+            return f"{', '.join(short)} {'is' if len(short) == 1 else 'are'} cut short (the save did not finish)"
+        world = part.world_size or 1
+        for kind in ("model", "optim", "extra_state"):
+            ranks = {
+                int(m.group(3))
+                for f in part.path.iterdir()
+                if (m := _SHARD.fullmatch(f.name)) and m.group(1) == kind and int(m.group(2)) == world
+            }
+            if ranks and ranks != set(range(world)):
+                missing = sorted(set(range(world)) - ranks)
+                return f"{kind} shards of rank(s) {missing} of {world} are missing (the save did not finish)"
+    if ckpt.layout == "verl-ppo" and not (ckpt.path / "data.pt").is_file():
+        return "data.pt is missing: verl writes it last, after the actor and critic (the save did not finish)"
+    return None
+
+
 def read_checkpoint(path: Path) -> Checkpoint:
-    """One checkpoint folder, whichever layout it has."""
+    """One checkpoint folder, whichever layout it has (`incomplete` says why one cannot be used)."""
+    ckpt = _read_checkpoint(path)
+    ckpt.incomplete = _incomplete(ckpt)
+    return ckpt
+
+
+def _read_checkpoint(path: Path) -> Checkpoint:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint at {path}: not a folder", hint="trainctl ckpt ls runs/<name>")
@@ -235,10 +278,14 @@ def list_checkpoints(target: Path) -> Listing:
         except CheckpointError:
             continue  # a step folder being written, or one a user emptied
     found.sort(key=lambda c: c.step or 0)
-    latest = _latest_step(root, [c.step for c in found if c.step is not None])
+    latest = _latest_step(root, [c.step for c in found if c.step is not None and not c.incomplete])
     metrics, source = metrics_near(target, root, found)
     for c in found:
-        c.latest = c.step == latest
+        c.latest = c.step == latest and not c.incomplete
+        if latest is not None and c.step is not None and c.step > latest and not c.incomplete:
+            # whole by its files, but newer than what the trainer recorded as saved: being written, or its save
+            # failed after the files (verl writes the marker last)
+            c.incomplete = f"newer than the latest saved step ({latest}): still being written, or its save failed"
         c.metrics = metrics.get(c.step, {}) if c.step is not None else {}
     logged = sorted({k for values in metrics.values() for k in values})
     return Listing(root, found, source, logged)

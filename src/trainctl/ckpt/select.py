@@ -37,7 +37,9 @@ def best(listing: Listing, metric: str, mode: str | None = None) -> tuple[Checkp
     scored = [
         (float(c.metrics[metric]), c)
         for c in listing.checkpoints
-        if isinstance(c.metrics.get(metric), int | float) and c.metrics[metric] == c.metrics[metric]  # not NaN
+        if not c.incomplete
+        and isinstance(c.metrics.get(metric), int | float)
+        and c.metrics[metric] == c.metrics[metric]  # not NaN
     ]
     if not scored:
         known = sorted({k for c in listing.checkpoints for k in c.metrics})

@@ -86,7 +86,7 @@ def ls(
             world = f"{part.world_size}" + (f" (FSDP{part.fsdp_version})" if part.fsdp_version else "")
         holds = "; ".join(f"{p.name}: {'+'.join(p.holds)}" if len(c.parts) > 1 else "+".join(p.holds) for p in c.parts)
         lora = f"{part.lora[0]}/{part.lora[1]:g}" if part.lora else "-"
-        step = ("" if c.step is None else str(c.step)) + (" *" if c.latest else "")
+        step = ("" if c.step is None else str(c.step)) + (" *" if c.latest else " !" if c.incomplete else "")
         table.add_row(
             step, c.layout, world, holds, lora, _size(c.size), _shown_metrics(c.metrics, metric or []), str(c.path)
         )
@@ -94,7 +94,11 @@ def ls(
     console.print(table)
     if len(listing.checkpoints) > 1:
         src = f"; metrics from {listing.metrics_source}" if listing.metrics_source else ""
-        console.print(f"{len(listing.checkpoints)} checkpoints, * = latest{src}")
+        bad = " ! = incomplete," if any(c.incomplete for c in listing.checkpoints) else ""
+        console.print(f"{len(listing.checkpoints)} checkpoints,{bad} * = latest{src}")
+    for c in listing.checkpoints:
+        if c.incomplete:
+            console.print(f"Incomplete: {c.path.name}: {c.incomplete}; nothing resumes from it or merges it.")
 
 
 @app.command(

@@ -63,7 +63,7 @@ def ls(address: Address = None, hardware: Hardware = None) -> None:
     from rich.table import Table
 
     from trainctl.cli.common import stdout_console
-    from trainctl.launch.ray_jobs import list_jobs
+    from trainctl.launchers.ray_jobs import list_jobs
 
     jobs = list_jobs(_address(address, hardware))
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -85,7 +85,7 @@ def status(
     job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
 ) -> None:
     """A job's status and message."""
-    from trainctl.launch.ray_jobs import job_status
+    from trainctl.launchers.ray_jobs import job_status
 
     info = job_status(_address(address, hardware), job_id)
     typer.echo(f"{info.job_id}: {info.status}" + (f" ({info.message})" if info.message else ""))
@@ -109,8 +109,8 @@ def logs(
     """A job's logs (with --follow: streamed until it ends; Ctrl-C stops the job)."""
     import sys
 
-    from trainctl.launch.ray_jobs import follow as follow_job
-    from trainctl.launch.ray_jobs import job_logs
+    from trainctl.launchers.ray_jobs import follow as follow_job
+    from trainctl.launchers.ray_jobs import job_logs
 
     where = _address(address, hardware)
     if not follow:
@@ -134,7 +134,7 @@ def stop(
     job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
 ) -> None:
     """Stop a running job (its processes on the cluster end)."""
-    from trainctl.launch.ray_jobs import stop_job
+    from trainctl.launchers.ray_jobs import stop_job
 
     info = stop_job(_address(address, hardware), job_id)
     typer.echo(f"{info.job_id}: {info.status}")

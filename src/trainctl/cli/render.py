@@ -40,6 +40,7 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     lines.append("  " + shell_line(cmd.argv, cmd.env))
     lines.append(f"  (the backend config is written to {plan.run_dir / plan.backend.config_file} when the run starts)")
     lines.append("")
+    lines += _job_secrets(plan)
     if plan.numbers:
         lines.append("Numbers:")
         width = max(len(n.label) for n in plan.numbers)
@@ -47,6 +48,23 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
             lines.append(f"  {n.label:<{width}}  {n.value!s:<10}  {n.how}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _job_secrets(plan: Plan) -> list[str]:
+    """Where a Ray job's secrets come from (none travel with the job unless forwarded)."""
+    from trainctl import launchers
+    from trainctl.checks.environment import job_secrets
+
+    hw = plan.cfg.hardware
+    if launchers.get(hw.launcher).ray != "inside":
+        return []
+    forwarded = list(hw.forward_secrets)
+    read = [f"{k} ({why})" for k, why in job_secrets(plan.cfg).items() if k not in forwarded]
+    lines = ["Secrets (Ray shows a job's runtime_env to every holder of the cluster's token):"]
+    lines.append("  read from the cluster nodes' environment: " + (", ".join(read) or "none needed"))
+    if forwarded:
+        lines.append("  forwarded in the job's runtime_env (hardware.forward_secrets): " + ", ".join(forwarded))
+    return [*lines, ""]
 
 
 def _count(n: int, noun: str) -> str:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Runs: list them with their status, show one (or follow it live), compare configs and metrics, plot metrics.",
+    help="Runs: list them with their status, show one (or follow it live), stop one, read its logs, compare configs "
+    "and metrics, plot metrics.",
     no_args_is_help=True,
     rich_markup_mode=None,
     epilog="""\
@@ -16,6 +17,7 @@ app = typer.Typer(
 Examples:
   trainctl runs ls                                  every run under ./runs: status, steps, key metric
   trainctl runs show quickstart --follow            the live view of a run started elsewhere
+  trainctl runs stop quickstart                     stop a run started elsewhere (or detached)
   trainctl runs compare runs/a runs/b               the config keys that differ, metrics side by side
   trainctl runs plot runs/a runs/b -m train/loss -o loss.png
 """,
@@ -104,6 +106,52 @@ def show(
         _follow(path)
         return
     _show(read_run(path), all_metrics)
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl runs stop quickstart                 as Ctrl-C in its terminal: the whole run stops, resumable
+  trainctl runs stop runs/grpo --grace 60       wait longer before escalating to SIGTERM, then SIGKILL
+""",
+)
+def stop(
+    run: _Run,
+    grace: Annotated[
+        float, typer.Option("--grace", help="seconds the run gets to stop cleanly before it is made to", min=0)
+    ] = 30.0,
+) -> None:
+    """Stop a running run, wherever it was started (here, detached, by the server, as a Ray job): its supervisor
+    gets Ctrl-C, then SIGTERM and SIGKILL if it does not end in time; every process of the run stops.
+
+    Exit codes: 0 stopped, 1 not running (or no run there)."""
+    from trainctl.launch.control import stop_run
+    from trainctl.runs.status import find_run
+
+    typer.echo(stop_run(find_run(run), grace))
+    typer.echo(f"Continue it: trainctl train --resume {find_run(run)}")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl runs logs quickstart                 the last attempt's whole output
+  trainctl runs logs runs/grpo --attempt 1      an earlier attempt's
+""",
+)
+def logs(
+    run: _Run,
+    attempt: Annotated[int | None, typer.Option("--attempt", help="which attempt (default: the last)")] = None,
+) -> None:
+    """An attempt's whole output: its log file, or a Ray job's logs from its cluster."""
+    import sys
+
+    from trainctl.launch.control import run_logs
+    from trainctl.runs.status import find_run
+
+    sys.stdout.write(run_logs(find_run(run), attempt))
 
 
 def _follow(path: Path) -> None:

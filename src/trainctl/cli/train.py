@@ -40,7 +40,13 @@ def train(
         typer.Option("--resume", help="continue the run in this folder from its last checkpoint", show_default=False),
     ] = None,
     detach: Annotated[
-        bool, typer.Option("--detach", help="with a Ray job: print the job id and return without following it")
+        bool,
+        typer.Option(
+            "--detach",
+            help="run in the background: print the run folder and return; the run goes on when this terminal "
+            "closes (follow it: runs show NAME --follow; stop it: runs stop NAME). A Ray job is submitted and not "
+            "followed",
+        ),
     ] = False,
     verbose: Annotated[
         bool,
@@ -65,6 +71,9 @@ def train(
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
     search = search_path(config_dir)
+    # a detached trainctl is given the same command, less --detach (a sweep's: each point's overrides)
+    dirs = [f"--config-dir={d}" for d in config_dir or []]
+    resume_args = ["--resume", str(resume), *words, *dirs] if resume is not None else []
     if resume is not None:
         words = [*_saved_args(resume), *words]
     points = expand(words, multirun, search)
@@ -87,6 +96,9 @@ def train(
                 hint="do not change run.name or run.dir when resuming",
             )
         try:
+            if detach and _runs_here(plan):
+                _run_detached(plan, resume_args or [*args, *dirs])
+                continue
             _run(plan, args, resume is not None, detach, verbose)
         except RunFailed as e:
             if len(points) == 1:
@@ -96,6 +108,26 @@ def train(
         typer.echo("Dry run: nothing was started.")
     elif failures:
         raise RunFailed(f"{len(failures)} of {len(points)} sweep runs failed.", details=[f.message for f in failures])
+
+
+def _runs_here(plan) -> bool:
+    """Whether the run's supervisor is this machine's trainctl (a Ray job's is its cluster)."""
+    from trainctl import launchers
+
+    return launchers.get(plan.cfg.hardware.launcher).ray != "inside"
+
+
+def _run_detached(plan, train_args: list[str]) -> None:
+    from trainctl.launch.control import SUPERVISOR_LOG, start_detached
+    from trainctl.launch.rundir import relative
+
+    started = start_detached(train_args, plan.run_dir)
+    folder = relative(started.run_dir)
+    trainer = f", trainer PID {started.trainer_pid}" if started.trainer_pid else ""
+    typer.echo(f"Started {plan.cfg.run.name} in the background (trainctl PID {started.pid}{trainer}): {folder}")
+    typer.echo(f"  follow it: trainctl runs show {folder} --follow")
+    typer.echo(f"  stop it:   trainctl runs stop {folder}")
+    typer.echo(f"  its output: {folder}/{SUPERVISOR_LOG}")
 
 
 def _saved_args(folder: Path) -> list[str]:
@@ -147,19 +179,27 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
         )
     folder = relative(result.run_dir)
     if result.state == "submitted":
-        typer.echo(f"Submitted Ray job {result.job_id}; follow it with: trainctl jobs logs {result.job_id} --follow")
+        if _runs_here(plan):  # a queue of another launcher (a plugin's)
+            typer.echo(f"Submitted {plan.cfg.run.name} ({result.job_id}); see it: trainctl runs show {folder}")
+        else:
+            job = result.job_id
+            typer.echo(f"Submitted Ray job {job}; follow it with: trainctl jobs logs {job} --follow")
         return
     if result.state == "interrupted":
+        why = f" ({result.reason})" if result.reason else ""
         raise RunInterrupted(
-            f"run {plan.cfg.run.name} was interrupted; every process it started was stopped.",
+            f"run {plan.cfg.run.name} was interrupted{why}; every process it started was stopped.",
             hint=f"continue it: trainctl train --resume {folder}",
         )
     if result.state == "failed":
         log = plan.run_dir / "logs"
+        known = result.diagnosis
+        what = f": {known[0]}" if known else ""
+        fix = f"{known[1]}; " if known else ""
         raise RunFailed(
-            f"the trainer exited with code {result.exit_code}. Last lines of its log:",
+            f"the trainer exited with code {result.exit_code}{what}. Last lines of its log:",
             details=["  " + line for line in result.tail[-20:]],
-            hint=f"the whole log is in {relative(log)}/; after fixing, resume: trainctl train --resume {folder}",
+            hint=f"{fix}the whole log is in {relative(log)}/; after fixing, resume: trainctl train --resume {folder}",
         )
     ckpt = latest_checkpoint(result.run_dir / "checkpoints")
     typer.echo(f"Finished {plan.cfg.run.name} in {result.seconds:.0f} s. Run folder: {folder}")

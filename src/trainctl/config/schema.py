@@ -250,7 +250,8 @@ class Hardware:
     nnodes: int = doc("machines", ge=1)
     gpus_per_node: int = doc("accelerators per machine; on cpu, training processes on this machine", ge=1)
     device: Literal["cpu", "cuda"] = doc("cpu or cuda")
-    launcher: Literal["local", "ray_cluster", "ray_job"] = doc(
+    # a registered launcher's name (trainctl.launchers): checked against the registry, which plugins extend
+    launcher: str = doc(
         "how the run starts: local (this machine), ray_cluster (join a running Ray cluster), ray_job (its Jobs API)"
     )
     rollout_engine: str = doc("the engine that samples RL responses: vllm or sglang on GPUs, hf on cpu")
@@ -274,6 +275,12 @@ class Hardware:
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
     ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
+    forward_secrets: list[str] = opt(
+        "secret environment variables (HF_TOKEN, WANDB_API_KEY, ...) a Ray job carries in its runtime_env; by "
+        "default none: the job reads them from the cluster nodes' environment, since Ray shows a job's runtime_env "
+        "to every token holder",
+        [],
+    )
 
 
 # --- lora (issue 14): the `lora` group ---

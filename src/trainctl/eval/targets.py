@@ -110,7 +110,7 @@ def _resolve_path(path: Path, each_checkpoint: bool) -> Resolved:
         if c.layout == "hf-model" and run_dir is None:
             return Resolved("folder", [Target(path.name, 0, c, path)], name=name)
         return Resolved("checkpoint", [_target(c)], args, run_dir, name)
-    chosen = listing.checkpoints if each_checkpoint else [listing.latest]
+    chosen = [c for c in listing.checkpoints if not c.incomplete] if each_checkpoint else [listing.latest]
     return Resolved("run", [_target(c) for c in chosen], args, run_dir, name)
 
 

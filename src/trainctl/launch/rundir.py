@@ -128,13 +128,14 @@ class RunDir:
 
     # -- attempts -----------------------------------------------------------------------------------------------
 
-    def start_attempt(self, command: Command, **extra: Any) -> dict:
+    def start_attempt(self, launcher: str, **extra: Any) -> dict:
+        """Record a new attempt started by `launcher`, and the run as running."""
         status = self.status()
         n = len(status["attempts"]) + 1
         attempt = {
             "n": n,
             "started": _now(),
-            "launcher": command.launcher,
+            "launcher": launcher,
             "log": f"logs/attempt-{n}.log",
             "metrics": f"metrics/attempt-{n}.jsonl",
             **extra,
@@ -162,6 +163,46 @@ class RunDir:
         self._save_status(status)
 
     # -- liveness -----------------------------------------------------------------------------------------------
+
+    def lock(self) -> RunLock:
+        """Take the run's lock (the run folder is made if needed), or refuse: another trainctl supervises this run.
+
+        An flock on the folder: the kernel releases it when its holder ends, however it ends, so a killed trainctl
+        never leaves a stale lock behind."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            from trainctl.errors import TrainctlError
+
+            live = (self.status().get("live") or {}) if self.exists() else {}
+            who = f"trainctl (PID {live['pid']})" if live.get("pid") else "another trainctl"
+            raise TrainctlError(
+                f"{relative(self.path)} is in use: {who} is running it.",
+                hint=f"follow it: trainctl runs show {relative(self.path)} --follow; stop it: trainctl runs stop "
+                f"{relative(self.path)}; or start another: run.name={self.path.name}-2",
+            ) from None
+        return RunLock(fd)
+
+    def locked(self) -> bool:
+        """Whether a trainctl on this machine holds the run's lock now."""
+        import fcntl
+
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops a lock taken just now
 
     def set_live(self, trainer_pid: int | None = None) -> None:
         """This process supervises the run now: record it, with the first heartbeat."""
@@ -207,3 +248,13 @@ def relative(path: Path) -> str:
         return os.path.relpath(path)
     except ValueError:
         return str(path)
+
+
+@dataclass
+class RunLock:
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -11,18 +11,18 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from trainctl import launchers
 from trainctl.backends.base import JOB_CONFIG_DIR, Command
-from trainctl.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ConfigProblems, Problem, TrainctlError
-from trainctl.launch import ray_jobs, tools
-from trainctl.launch.process import Supervisor
+from trainctl.errors import ConfigProblems, TrainctlError
+from trainctl.launch import tools
 from trainctl.launch.rundir import RunDir, relative
+from trainctl.launchers.base import Job
 from trainctl.plan import Plan
 
 # an exception line, possibly prefixed by torchrun's "[rank0]: " or Ray's "(TrainingWorker pid=1) "
@@ -43,6 +43,34 @@ def failure_excerpt(lines: list[str], keep: int = 20) -> list[str]:
     return lines[max(0, end - keep + 1) : end + 1]
 
 
+# what a failed trainer's log says, recognised: (pattern, what happened, what to do besides resuming)
+_FAILURES = (
+    (
+        re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|ray\.exceptions\.\w*(?:Died|Lost)"),
+        "a Ray worker of the run died (killed by a signal, or by the kernel for lack of memory)",
+        "if nothing killed it, look for memory: `dmesg | grep -i oom` and the log",
+    ),
+    (
+        re.compile(
+            r"No space left on device|Errno 28|File too large|Errno 27|Disk quota exceeded"
+            r"|PytorchStreamWriter failed writing|file write failed"
+        ),
+        "the disk filled up (or a file-size limit was hit) while the trainer wrote",
+        "free space (trainctl ckpt prune RUN --keep-last 2 shows what it would delete); the checkpoint being "
+        "written is incomplete and is not resumed from",
+    ),
+)
+
+
+def diagnose(lines: list[str]) -> tuple[str, str] | None:
+    """What a failed trainer's output says happened, when it is one of the failures trainctl knows."""
+    text = "\n".join(lines)
+    for pattern, what, hint in _FAILURES:
+        if pattern.search(text):
+            return what, hint
+    return None
+
+
 @dataclass
 class RunResult:
     run_dir: Path
@@ -52,6 +80,8 @@ class RunResult:
     job_id: str | None = None
     tail: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reason: str | None = None  # why an interrupted run stopped: Ctrl-C, SIGTERM, terminal closed
+    diagnosis: tuple[str, str] | None = None  # a failure trainctl recognised: (what happened, what to do)
 
 
 def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
@@ -81,7 +111,7 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.cfg.run.project))
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run / 'mlflow.db'}"
-    if plan.backend.node == "trl" and hw.launcher != "local":
+    if plan.backend.node == "trl" and launchers.get(hw.launcher).ray != "own":
         # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
     return env
@@ -97,37 +127,8 @@ def full_command(plan: Plan, attempt: int | None = None) -> Command:
 
 
 def preflight(plan: Plan) -> None:
-    """What only a real launch needs from this machine: devices, launch tools, rollout engines."""
-    problems: list[Problem] = []
-    hw = plan.cfg.hardware
-    if hw.launcher == "local" and hw.device == "cuda":
-        import torch
-
-        have = torch.cuda.device_count()
-        if have < hw.gpus_per_node:
-            problems.append(
-                Problem(
-                    f"hardware={hw.name} needs {hw.gpus_per_node} GPUs on this machine; it has {have}.",
-                    key="hardware",
-                    hint="run on a machine with them, choose hardware=cpu, or submit to a cluster "
-                    "(hardware.launcher=ray_job hardware.ray_address=http://HEAD:8265)",
-                )
-            )
-        engine = plan.value("actor_rollout_ref.rollout.name") if plan.cfg.family == "ppo" else None
-        if engine in ("vllm", "sglang"):
-            import importlib.util
-
-            if importlib.util.find_spec(engine) is None:
-                problems.append(
-                    Problem(
-                        f"the rollout engine {engine} is not installed here.",
-                        key="hardware.rollout_engine",
-                        hint="pip install 'trainctl[gpu]' (vLLM; GPU machines only)",
-                    )
-                )
-    launcher = plan.command.argv[0]
-    if hw.launcher == "local" and not (Path(launcher).is_file() or shutil.which(launcher)):
-        problems.append(Problem(f"{launcher} is not there.", hint="install torch in this environment (make install)"))
+    """What only a real launch needs from this machine or cluster: devices, launch tools, rollout engines, tokens."""
+    problems = launchers.get(plan.cfg.hardware.launcher).preflight(plan)
     if problems:
         raise ConfigProblems(problems)
 
@@ -262,6 +263,7 @@ def launch(
             notify(text)
 
     run = RunDir(plan.run_dir)
+    lock = run.lock()  # held until this process ends: a second trainctl for the same run is refused here
     if run.exists() and not resume:
         state = run.status().get("state")
         raise TrainctlError(
@@ -288,61 +290,55 @@ def launch(
     if resume and plan.backend.name == "trl-dpo":
         command.argv.append("--resume")
     run.write_command(plan, command, args)
-    hw = plan.cfg.hardware
-    env = {**os.environ, **command.env}
-
-    if hw.launcher == "ray_job":
-        return _launch_job(plan, run, command, env, detach, echo, notes, on_attempt)
-
-    attempt = run.start_attempt(command, steps_total=_expected_steps(plan))
-    run.set_live()  # from now on the run says running: its supervisor (this process) must be on record
-    if on_attempt:
-        on_attempt(run, attempt)
-    supervisor = Supervisor(
-        command.argv, env, run.log_path(attempt), echo=echo, tail_lines=400, on_start=run.set_live, on_tick=run.beat
+    launcher = launchers.get(plan.cfg.hardware.launcher)
+    job = Job(
+        argv=command.argv,
+        env={**os.environ, **command.env},
+        added_env=dict(command.env),
+        run_name=plan.cfg.run.name,
+        steps_total=_expected_steps(plan),
+        echo=echo or sys.stdout,
+        detach=detach,
     )
-    outcome = supervisor.run()
-    if outcome.interrupted is not None:
-        state, code = "interrupted", EXIT_INTERRUPTED
-    elif outcome.exit_code == 0:
-        state, code = "finished", 0
-    else:
-        state, code = "failed", outcome.exit_code
-    run.finish_attempt(state, outcome.exit_code, seconds=round(outcome.seconds, 2))
-    tail = failure_excerpt(outcome.tail) if state == "failed" else outcome.tail[-20:]
-    return RunResult(run.path, state, code, seconds=outcome.seconds, tail=tail, notes=notes)
+    if launcher.ray == "inside":
+        _job_parts(plan, run, job)
+    try:
+        ended = launcher.start(job, run, on_attempt)
+    finally:
+        lock.release()
+    tail = failure_excerpt(ended.tail) if ended.state == "failed" else ended.tail[-20:]
+    return RunResult(
+        run.path,
+        ended.state,
+        ended.exit_code,
+        seconds=ended.seconds,
+        job_id=ended.job_id,
+        tail=tail,
+        notes=notes,
+        reason=ended.reason,
+        diagnosis=diagnose(ended.tail) if ended.state == "failed" else None,
+    )
 
 
-def _launch_job(
-    plan: Plan, run: RunDir, command: Command, env: dict, detach: bool, echo, notes, on_attempt=None
-) -> RunResult:
+def _job_parts(plan: Plan, run: RunDir, job: Job) -> None:
+    """What a Ray job carries: its entrypoint (the config read from the job's working dir), the backend config as
+    its only staged file, and the run's environment additions with no secret but those hardware.forward_secrets
+    names (Ray shows a job's env_vars to every token holder)."""
     import shlex
-    import time
-
-    start = time.monotonic()
-    from trainctl.secrets import secret_env
 
     config_file = plan.backend.config_file
     # the job's working dir holds the backend config; the shell expands $(pwd) there (Hydra wants an absolute path)
     job_command = plan.backend.command(plan.cfg, plan.built, config_dir=JOB_CONFIG_DIR)
-    entrypoint = shlex.join(job_command.argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
-    job_env = {**command.env, **secret_env(env)}
-    job_env.pop("RAY_ADDRESS", None)
-    address = str(plan.cfg.hardware.ray_address)
-    job_id = ray_jobs.submit(address, entrypoint, {config_file: run.path / config_file}, job_env, plan.cfg.run.name)
-    attempt = run.start_attempt(command, job_id=job_id, address=address, steps_total=_expected_steps(plan))
-    if detach:
-        run.update_attempt(state="submitted")
-        run.set_state("submitted")
-        return RunResult(run.path, "submitted", 0, job_id=job_id, notes=notes)
-    run.set_live()
-    if on_attempt:
-        on_attempt(run, attempt)
-    info = ray_jobs.follow(address, job_id, echo, run.log_path(attempt), env, on_tick=run.beat)
-    state = {"SUCCEEDED": "finished", "STOPPED": "interrupted"}.get(info.status, "failed")
-    code = {"finished": 0, "interrupted": EXIT_INTERRUPTED}.get(state, EXIT_RUN_FAILED)
-    seconds = time.monotonic() - start
-    run.finish_attempt(state, code, job_status=info.status, message=info.message, seconds=round(seconds, 2))
-    lines = run.log_path(attempt).read_text().splitlines()[-400:] if run.log_path(attempt).is_file() else []
-    tail = failure_excerpt(lines) if state == "failed" else lines[-20:]
-    return RunResult(run.path, state, code, seconds=seconds, job_id=job_id, tail=tail, notes=notes)
+    job.entrypoint = shlex.join(job_command.argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
+    job.staged = {config_file: run.path / config_file}
+    job.job_env = job_env(job.added_env, job.env, plan.cfg.hardware.forward_secrets)
+    job.address = str(plan.cfg.hardware.ray_address)
+
+
+def job_env(added: dict[str, str], env: dict[str, str], forward: list[str]) -> dict[str, str]:
+    """A Ray job's env_vars: the run's own additions, never a secret, plus the secrets the user forwards."""
+    from trainctl.secrets import is_secret_name
+
+    out = {k: v for k, v in added.items() if not is_secret_name(k) and k != "RAY_ADDRESS"}
+    out.update({name: env[name] for name in forward if env.get(name)})
+    return out

@@ -1,27 +1,19 @@
 """A run folder's status, read from its status file (run.json, written by trainctl.launch.rundir.RunDir): whether
-it is running (its supervisor's PID alive and the same process), done, failed with its exit code, interrupted, or
-killed (it says running but its supervisor is gone), with its steps, latest key metric and timings. Ray-job runs
-ask the cluster's Jobs API."""
+it is running, done, failed with its exit code, interrupted, or killed, with its steps, latest key metric and
+timings. Where a run stands is the launcher's answer (trainctl.launchers): a local run's supervisor PID, a Ray job's
+state in its cluster's Jobs API."""
 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from trainctl.errors import TrainctlError
-from trainctl.launch.rundir import HEARTBEAT_SECONDS, RUN_FILE
+from trainctl.launch.rundir import RUN_FILE
 from trainctl.runs.keys import headline
-
-# a heartbeat older than this (from another machine, where the PID cannot be checked) means the run is lost
-STALE_SECONDS = 6 * HEARTBEAT_SECONDS
-# Ray job states -> run statuses
-_JOB_STATUS = {"PENDING": "queued", "RUNNING": "running", "SUCCEEDED": "done", "FAILED": "failed", "STOPPED": "stopped"}
-# run.json states -> run statuses
-_STATE = {"finished": "done", "failed": "failed", "interrupted": "interrupted", "created": "created"}
 
 
 @dataclass
@@ -129,70 +121,18 @@ def _metrics(info: RunInfo) -> None:
         info.headline = (name, values[-1] if isinstance(values[-1], int | float) else None)
 
 
-def pid_alive(pid: int | None, started: float | None = None) -> bool:
-    """The process is alive and, when its start time is known, the same one (PIDs are reused)."""
-    if not pid:
-        return False
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return started is None or abs(proc.create_time() - started) < 1.0
-    except psutil.Error:
-        return False
-
-
 def _liveness(info: RunInfo, state: str, last: dict, query_jobs: bool) -> None:
-    if last.get("job_id") and state in ("running", "submitted"):
-        _job_liveness(info, last, query_jobs)
-        return
-    if state != "running":
-        info.status = _STATE.get(state, state)
-        info.exit_code = last.get("exit_code")
-        if info.status == "failed":
-            info.detail = f"exit {info.exit_code}"
-        return
-    live = info.live
-    if not live:
-        info.status, info.detail = "killed", "its supervisor never reported (trainctl was stopped at the start)"
-        return
-    if live.get("host") and live["host"] != socket.gethostname():
-        age = time.time() - float(live.get("heartbeat") or 0)
-        if age <= STALE_SECONDS:
-            info.status, info.detail = "running", f"on {live['host']}"
-        else:
-            info.status, info.detail = "lost", f"on {live['host']}; no heartbeat for {age:.0f} s"
-        return
-    if pid_alive(live.get("pid"), live.get("pid_started")):
-        info.status, info.detail = "running", f"PID {live['pid']}"
-        age = time.time() - float(live.get("heartbeat") or 0)
-        if age > STALE_SECONDS:
-            info.detail += f"; no heartbeat for {age:.0f} s: stopped (Ctrl-Z) or hung?"
-        return
-    info.status = "killed"
-    trainer = live.get("trainer_pid")
-    if trainer and pid_alive(trainer):
-        info.detail = f"trainctl (PID {live.get('pid')}) is gone; its trainer (PID {trainer}) still runs"
-    else:
-        info.detail = f"trainctl (PID {live.get('pid')}) is gone"
+    """Ask the launcher that started the last attempt (runs from before launchers were recorded: local)."""
+    from trainctl import launchers
 
-
-def _job_liveness(info: RunInfo, last: dict, query_jobs: bool) -> None:
-    job_id, address = last["job_id"], last.get("address", "")
-    if not query_jobs:
-        info.status, info.detail = "unknown", f"Ray job {job_id}"
-        return
-    from trainctl.launch import ray_jobs
-
+    name = last.get("launcher") or "local"
     try:
-        job = ray_jobs.job_status(address, job_id)
-    except TrainctlError as e:
-        info.status, info.detail = "unknown", f"Ray job {job_id}: {e.message}"
+        launcher = launchers.get(name)
+    except TrainctlError as e:  # a plugin's launcher that is not installed here
+        info.status, info.detail = "unknown", e.message
         return
-    info.status = _JOB_STATUS.get(job.status, job.status.lower())
-    info.detail = f"Ray job {job_id}" + (f": {job.message}" if job.status == "FAILED" and job.message else "")
+    found = launcher.status(state, last, info.live, query=query_jobs)
+    info.status, info.detail, info.exit_code = found.status, found.detail, found.exit_code
 
 
 def _seconds(info: RunInfo, last: dict) -> float | None:

@@ -3,7 +3,16 @@
 The trainer runs in its own session (Ctrl-C reaches trainctl, which decides what to do). trainctl makes itself a
 child subreaper (Linux), so processes that detach from the trainer (Ray's gcs_server and raylet, torchrun's
 workers) are re-parented to trainctl instead of init and can still be found and stopped, by PID, when the run
-ends. Nothing else on the machine is touched: only processes that descend from this run.
+ends. Every process of the attempt also carries its mark (trainctl.launchers.tree), which finds them whoever their
+parent is. Nothing else on the machine is touched: only processes that descend from this run.
+
+However trainctl ends, the run ends with it:
+  SIGINT, SIGTERM  the trainer's process group gets SIGTERM, then SIGKILL after GRACE_SECONDS; the attempt is
+                   interrupted
+  SIGHUP           (the terminal closed: a tmux pane, an SSH session) the same, recorded as "terminal closed"
+  SIGKILL          nothing runs in trainctl any more: the trainer gets SIGTERM from the kernel (PR_SET_PDEATHSIG),
+                   and the attempt's watchdog (trainctl.launch.watchdog), whose pipe from trainctl closes, stops
+                   every marked process and records the attempt as killed
 """
 
 from __future__ import annotations
@@ -23,12 +32,56 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.launchers.tree import MARK_VAR, marked, new_mark
 from trainctl.secrets import Redactor
 
+DONE = b"done"  # what a supervisor that ends normally tells its watchdog (trainctl.launch.watchdog)
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 15.0
 # how often the process tree is sampled; what detaches (Ray's daemons) lives for the whole run
 WATCH_SECONDS = 2.0
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def parent_death_signal(sig: int) -> Callable[[], None] | None:
+    """A preexec_fn that makes the kernel send `sig` to the child when this process ends (Linux), or None.
+
+    The libc function is looked up here, in the parent: the child, forked while other threads may hold locks, only
+    calls it (an async-signal-safe system call) and checks that its parent did not end before the call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = _libc()
+    prctl = getattr(libc, "prctl", None)
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent ended between fork and prctl: the signal would never come
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def _detach_from_terminal() -> None:
+    """The terminal is gone (SIGHUP): what this process still writes (the live view's last frame, the final
+    message) goes nowhere, instead of failing with EIO half-way through the cleanup."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def become_subreaper() -> bool:
@@ -40,6 +93,10 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+# why a run was interrupted, by the signal trainctl got
+REASONS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "terminal closed"}
 
 
 @dataclass
@@ -63,13 +120,19 @@ class Supervisor:
         tail_lines: int = 40,
         on_start: Callable[[int], None] | None = None,
         on_tick: Callable[[], None] | None = None,
+        mark: str | None = None,
+        watchdog: tuple[Path, int] | None = None,
     ):
         """`on_start(pid)` is called once the trainer started, `on_tick()` about twice a second while it runs (both
-        on the calling thread: the run folder's heartbeat); a failure in either never stops the supervision."""
+        on the calling thread: the run folder's heartbeat); a failure in either never stops the supervision.
+        `mark` goes into the trainer's environment (trainctl.launchers.tree); with `watchdog=(run folder, attempt)` a
+        watchdog stops the marked processes if this process is killed."""
         self.on_start = on_start
         self.on_tick = on_tick
         self.argv = argv
-        self.env = env
+        self.mark = mark or new_mark()
+        self.env = {**env, MARK_VAR: self.mark}
+        self.watchdog = watchdog
         self.log_path = log_path
         self.echo = echo if echo is not None else sys.stdout
         self.redact = Redactor(env)
@@ -122,9 +185,39 @@ class Supervisor:
             time.sleep(WATCH_SECONDS)
 
     def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            _detach_from_terminal()
         if self._interrupted is None:
             self._interrupted = signum
             self._signal_group(signal.SIGTERM)
+
+    def _start_watchdog(self, trainer_pid: int) -> subprocess.Popen | None:
+        if self.watchdog is None:
+            return None
+        run_dir, attempt = self.watchdog
+        argv = [sys.executable, "-m", "trainctl.launch.watchdog", str(run_dir), str(attempt), self.mark]
+        env = {k: v for k, v in self.env.items() if k != MARK_VAR}
+        try:
+            return subprocess.Popen(
+                [*argv, str(os.getpid()), str(trainer_pid)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # out of the terminal's reach: it must outlive a closed one
+            )
+        except OSError:
+            return None  # the run goes on; only a SIGKILL of trainctl would then leave processes
+
+    @staticmethod
+    def _dismiss(watchdog: subprocess.Popen | None) -> None:
+        if watchdog is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            watchdog.stdin.write(DONE)
+            watchdog.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=5)
 
     def _signal_group(self, sig: int) -> None:
         if self._proc is None:
@@ -152,6 +245,8 @@ class Supervisor:
     def _cleanup(self, before: set[int]) -> int:
         self._signal_group(signal.SIGTERM)
         procs = self._leftovers(before)
+        known = {p.pid for p in procs}
+        procs += [p for p in marked(self.mark) if p.pid not in known]
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.terminate()
@@ -192,9 +287,11 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=parent_death_signal(signal.SIGTERM),
             )
+            watchdog = self._start_watchdog(self._proc.pid)
             if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGINT, signal.SIGTERM):
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     handlers[sig] = signal.signal(sig, self._on_signal)
             watcher = threading.Thread(target=self._watch, daemon=True)
             watcher.start()
@@ -219,6 +316,7 @@ class Supervisor:
                     signal.signal(sig, handler)
             pump.join(timeout=10)
             killed = self._cleanup(before)
+            self._dismiss(watchdog)
         if code < 0:
             code = 128 - code
         return Outcome(

@@ -1,11 +1,11 @@
-"""trainctl.launch.process: one child process, its output streamed to the terminal and a log, secrets redacted."""
+"""trainctl.launchers.supervisor: one child process, its output streamed to the terminal and a log, secrets redacted."""
 
 from __future__ import annotations
 
 import io
 import sys
 
-from trainctl.launch.process import Supervisor
+from trainctl.launchers.supervisor import Supervisor
 
 
 def test_output_goes_to_the_terminal_and_the_log_with_secrets_redacted(tmp_path):

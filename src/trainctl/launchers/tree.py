@@ -1,0 +1,81 @@
+"""A run's processes, found by the mark in their environment, and stopped together.
+
+Every process of a local run inherits TRAINCTL_RUN_MARK from its trainer: torchrun's ranks, the verl driver, Ray's
+gcs_server, raylet, dashboard agents and workers (Ray starts them all with the environment of the process that
+called ray.init), MCP servers. Processes that detach (Ray's daemons double-fork, some leave their session) are still
+found this way, whoever their parent is now, and nothing on the machine that did not descend from this attempt is
+touched. The mark is an identifier, not a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterable
+
+import psutil
+
+MARK_VAR = "TRAINCTL_RUN_MARK"
+
+
+def new_mark() -> str:
+    return uuid.uuid4().hex
+
+
+def marked(mark: str) -> list[psutil.Process]:
+    """The live processes carrying this mark (this process excluded)."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(MARK_VAR) == mark and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:  # gone, or another user's
+            continue
+    return found
+
+
+def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadline: float = 25.0) -> int:
+    """SIGTERM every process of the run, SIGKILL what is left after `grace` seconds, and scan again until none is
+    left or `deadline` seconds have passed (a shutting-down Ray may still start a process). Returns how many
+    processes were signalled."""
+    start = time.monotonic()
+    signalled: set[int] = set()
+    extra = list(extra)
+    while True:
+        procs = {p.pid: p for p in marked(mark)}
+        for pid in extra:
+            with contextlib.suppress(psutil.Error):
+                procs.setdefault(pid, psutil.Process(pid))
+        procs = {p.pid: p for p in _alive(procs.values())}
+        if not procs:
+            return len(signalled)
+        for p in procs.values():
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGTERM if p.pid not in signalled else signal.SIGKILL)
+            signalled.add(p.pid)
+        _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        if time.monotonic() - start > deadline:
+            return len(signalled)
+        extra = []
+        grace = min(grace, 3.0)

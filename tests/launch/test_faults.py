@@ -1,0 +1,188 @@
+"""A real GRPO run that loses its trainctl, three ways, and goes on each time from its last checkpoint.
+
+attempt 1  trainctl in a pseudo-terminal that is closed (SIGHUP)       -> interrupted (terminal closed)
+attempt 2  (meanwhile a second trainctl for the same run is refused)    -> trainctl gets SIGKILL: killed
+attempt 3  one of its Ray workers is killed mid-step                    -> failed (exit 3), a Ray worker died
+attempt 4  runs to the end                                              -> done
+Each time, every process the run had (collected while it trained, the Ray cluster's included) is gone within 30 s of
+the signal, and the next attempt's first step is the last checkpoint's step + 1.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import signal
+import struct
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.real_runs import FAST_RL, TERMINAL, trainctl
+
+NAME = "faults"
+STEPS = 8
+ARGS = [*FAST_RL, f"run.max_steps={STEPS}", "run.save_every=1", f"run.name={NAME}", "logger=console"]
+GONE_WITHIN = 30.0
+
+
+def _tree(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _alive(pids: set[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{pid} {' '.join(p.cmdline())[:100]}")
+        except psutil.Error:
+            pass
+    return out
+
+
+class Attempt:
+    """One `trainctl train` of the run, watched: the processes it starts, its checkpoints, its steps."""
+
+    def __init__(self, work: Path, argv: list[str], terminal: bool = False):
+        self.run = work / "runs" / NAME
+        self.master = None
+        if terminal:
+            self.master, slave = pty.openpty()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *TERMINAL, 0, 0))
+
+            def controlling_terminal():  # the pty becomes the session's terminal: closing it hangs trainctl up
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+            self.proc = subprocess.Popen(
+                argv, cwd=work, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                preexec_fn=controlling_terminal,
+            )  # fmt: skip
+            os.close(slave)
+            os.set_blocking(self.master, False)
+        else:
+            self.proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            os.set_blocking(self.proc.stdout.fileno(), False)
+        self.seen: set[int] = set()
+        self.output = b""
+
+    def _drain(self) -> None:
+        fd = self.master if self.master is not None else self.proc.stdout.fileno()
+        try:
+            while chunk := os.read(fd, 65536):
+                self.output += chunk
+        except (BlockingIOError, OSError):
+            pass
+
+    def checkpoint(self) -> int:
+        try:
+            return int((self.run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def steps(self, n: int) -> list[int]:
+        path = self.run / "metrics" / f"attempt-{n}.jsonl"
+        if not path.is_file():
+            return []
+        return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+    def wait(self, ready, what: str, timeout: float = 300.0) -> None:
+        """Collect the run's processes until `ready()`; they include Ray's, which are up long before a step ends."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.seen |= _tree(self.proc.pid)
+            self._drain()
+            if ready():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.proc.kill()
+        raise AssertionError(f"{what}: not reached; trainctl said:\n{self.output.decode(errors='replace')[-3000:]}")
+
+    def gone_after(self, signalled_at: float) -> None:
+        """30 s after the signal at the latest, none of the run's processes is alive."""
+        while time.monotonic() < signalled_at + GONE_WITHIN and _alive(self.seen):
+            self._drain()
+            time.sleep(0.5)
+        left = _alive(self.seen)
+        assert not left, f"alive {GONE_WITHIN:.0f} s after the signal:\n" + "\n".join(left)
+
+    def finish(self, timeout: float = 600.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.seen |= _tree(self.proc.pid)
+            self._drain()
+            time.sleep(0.5)
+        code = self.proc.wait(timeout=5)
+        self._drain()
+        return code
+
+
+def _status(cli) -> str:
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith(f"{NAME} "))
+    return " ".join(row.split())
+
+
+@pytest.mark.timeout(1200)
+def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worker(cli, ready, isolated):
+    work = Path.cwd()
+    # attempt 1: trainctl in a terminal that closes once the second checkpoint is saved
+    first = Attempt(work, trainctl("train", *ARGS), terminal=True)
+    first.wait(lambda: first.checkpoint() >= 2, "attempt 1's second checkpoint")
+    assert len(first.seen) >= 5, f"trainctl's trainer and Ray's processes: {first.seen}"
+    os.close(first.master)
+    hung_up = time.monotonic()
+    assert first.proc.wait(timeout=60) == 130
+    first.gone_after(hung_up)
+    assert "interrupted (terminal closed)" in _status(cli)
+    saved = first.checkpoint()
+
+    # attempt 2: resumed from the checkpoint; a second trainctl for the same run is refused; then SIGKILL
+    second = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
+    second.wait(lambda: len(second.steps(2)) >= 1, "attempt 2's first step")
+    assert second.steps(2)[0] == saved + 1, (saved, second.steps(2))
+    twin = subprocess.run(trainctl("train", *ARGS), cwd=work, capture_output=True, text=True, timeout=120)
+    assert twin.returncode == 1, twin.stdout + twin.stderr
+    assert f"runs/{NAME} is in use: trainctl (PID {second.proc.pid}) is running it" in twin.stderr
+    second.wait(lambda: second.checkpoint() > saved, "attempt 2's first checkpoint")
+    second.proc.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    second.proc.wait(timeout=10)
+    second.gone_after(killed_at)
+    row = _status(cli)
+    assert " killed (trainctl (PID " in row and "was killed" in row, row
+    saved = second.checkpoint()
+
+    # attempt 3: a Ray worker dies mid-step: the trainer fails, trainctl says why and stops the rest
+    third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
+    third.wait(lambda: len(third.steps(3)) >= 1, "attempt 3's first step")
+    assert third.steps(3)[0] == saved + 1, (saved, third.steps(3))
+    workers = [p for p in map(psutil.Process, third.seen & set(psutil.pids())) if "WorkerDict" in " ".join(p.cmdline())]
+    assert workers, "verl's actor worker among the run's processes"
+    workers[0].kill()
+    killed_at = time.monotonic()
+    assert third.finish() == 3
+    third.gone_after(killed_at)
+    said = third.output.decode(errors="replace")
+    assert "a Ray worker of the run died" in said, said[-3000:]
+    assert f"trainctl train --resume runs/{NAME}" in said
+    saved = third.checkpoint()
+
+    # attempt 4: to the end, nothing lost
+    fourth = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
+    assert fourth.finish() == 0, fourth.output.decode(errors="replace")[-3000:]
+    assert fourth.steps(4)[0] == saved + 1 and fourth.steps(4)[-1] == STEPS
+    assert _status(cli).split()[4] == "done"
+    status = json.loads((work / "runs" / NAME / "run.json").read_text())
+    assert [a["state"] for a in status["attempts"]] == ["interrupted", "killed", "failed", "finished"]

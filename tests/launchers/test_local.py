@@ -1,0 +1,139 @@
+"""trainctl.launchers.local: however its supervising trainctl ends, no process of the run is left, and run.json says
+what happened; `runs stop` stops a run from anywhere. The trainer is a stand-in (tests/launchers/supervised.py)
+whose daemon grandchild leaves its session, as Ray's processes do."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainctl.launchers.tree import MARK_VAR, marked
+
+
+def _start(run: Path) -> tuple[subprocess.Popen, list[int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.launchers.supervised", str(run)],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (run / "pids").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.1)
+    return proc, [int(p) for p in (run / "pids").read_text().split()]
+
+
+def _gone(pids: list[int], within: float) -> list[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return alive
+
+
+def _last(run: Path) -> dict:
+    return json.loads((run / "run.json").read_text())["attempts"][-1]
+
+
+def test_every_process_carries_the_attempts_mark(tmp_path):
+    run = tmp_path / "r"
+    proc, pids = _start(run)
+    mark = _last(run)["mark"]
+    try:
+        assert set(pids) <= {p.pid for p in marked(mark)}, "the daemon that left its session is found too"
+        assert psutil.Process(pids[0]).environ()[MARK_VAR] == mark
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert _gone(pids, 10) == []
+
+
+@pytest.mark.parametrize(
+    ("sig", "state", "reason"),
+    [
+        (signal.SIGINT, "interrupted", "Ctrl-C"),
+        (signal.SIGHUP, "interrupted", "terminal closed"),
+        (signal.SIGKILL, "killed", "was killed; its watchdog stopped the"),
+    ],
+    ids=["SIGINT", "SIGHUP", "SIGKILL"],
+)
+def test_the_run_ends_with_its_supervisor_however_it_ends(tmp_path, cli, sig, state, reason):
+    run = tmp_path / "r"
+    proc, pids = _start(run)
+    supervisor = proc.pid
+    proc.send_signal(sig)
+    signalled = time.monotonic()
+    proc.wait(timeout=60)
+    assert _gone(pids, 30 - (time.monotonic() - signalled)) == [], "the trainer and its daemon"
+    deadline = time.monotonic() + 10  # after SIGKILL the watchdog records the end: a moment later
+    while _last(run).get("state") is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    last = _last(run)
+    assert last["state"] == state and reason in last["reason"], last
+    if sig == signal.SIGKILL:
+        assert f"trainctl (PID {supervisor}) was killed" in last["reason"]
+    row = cli("runs", "ls", "--dir", str(tmp_path)).stdout
+    assert f"{state} ({last['reason']}" in " ".join(row.split()), row
+
+
+def test_runs_stop_stops_a_run_started_elsewhere(tmp_path, cli):
+    run = tmp_path / "r"
+    proc, pids = _start(run)
+    result = cli("runs", "stop", str(run), "--grace", "20")
+    assert result.exit_code == 0, result.output
+    assert "stopped r (attempt 1: interrupted)" in result.stdout
+    assert f"Continue it: trainctl train --resume {run}" in result.stdout
+    assert proc.wait(timeout=30) == 130
+    assert _gone(pids, 10) == []
+    assert _last(run)["reason"] == "stopped by trainctl runs stop"
+
+    again = cli("runs", "stop", str(run))
+    assert again.exit_code == 1
+    assert "Error: r is not running (state: interrupted)." in again.stderr
+
+
+def test_runs_stop_finishes_what_a_killed_supervisor_left(tmp_path, cli):
+    """A supervisor killed before its watchdog existed (or with the watchdog gone too): runs stop cleans up."""
+    run = tmp_path / "r"
+    proc, pids = _start(run)
+    watchdogs = [p for p in psutil.Process(proc.pid).children() if "trainctl.launch.watchdog" in p.cmdline()]
+    for w in watchdogs:
+        w.kill()
+    proc.kill()
+    proc.wait(timeout=10)
+    assert "killed (trainctl (PID" in " ".join(cli("runs", "ls", "--dir", str(tmp_path)).stdout.split())
+    result = cli("runs", "stop", str(run))
+    assert result.exit_code == 0, result.output
+    assert "r was not running, but" in result.stdout
+    assert _gone(pids, 20) == []
+    assert _last(run)["state"] == "killed"
+
+
+def test_a_second_trainctl_for_the_same_run_is_refused(tmp_path):
+    from trainctl.errors import TrainctlError
+    from trainctl.launch.rundir import RunDir
+
+    run = tmp_path / "r"
+    proc, _ = _start(run)
+    try:
+        with pytest.raises(TrainctlError) as e:
+            RunDir(run).lock()
+        assert f"is in use: trainctl (PID {proc.pid}) is running it" in e.value.message
+        assert RunDir(run).locked()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert not RunDir(run).locked()  # the kernel released it with its holder
+    RunDir(run).lock().release()
