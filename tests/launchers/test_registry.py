@@ -13,6 +13,19 @@ from trainctl.errors import TrainctlError
 TOY = ["recipe=quickstart", "hardware.launcher=toy", "run.name=queued"]
 
 
+@pytest.fixture(autouse=True)
+def registry(monkeypatch):
+    """What a test registers leaves with it: the registry, the plugin cache and the imported plugin module."""
+    import sys
+
+    from trainctl import plugins
+
+    monkeypatch.setattr(launchers, "_REGISTRY", dict(launchers._REGISTRY))
+    yield
+    plugins._load.cache_clear()
+    sys.modules.pop("tests.launchers.toy_launcher", None)
+
+
 def test_the_shipped_launchers_and_an_unknown_name():
     assert launchers.names()[:3] == ["local", "ray_cluster", "ray_job"]
     assert [launchers.get(n).ray for n in ("local", "ray_cluster", "ray_job")] == ["own", "join", "inside"]
