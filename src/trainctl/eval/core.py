@@ -101,13 +101,16 @@ def prepare(
     resolved = resolve_model(model, each_checkpoint, search.options("model"))
     notes: list[str] = []
     # scoring needs the RL side of the config (the reward, the prompts with ground truths): a PPO-family algorithm
-    # unless the run or the command line chose one; an SFT or DPO run's data is scored in its RL form
+    # unless the run or the command line chose one; an SFT or DPO run's data is scored in its RL form (of an SFT or
+    # DPO run, only the model and data carry over: trainctl.eval.targets)
     plan = resolve(["algorithm=grpo", *resolved.args, *overrides], search)
-    if plan.cfg.family != "ppo":
+    trained = resolved.family if resolved.family not in (None, "ppo") else plan.cfg.family
+    if trained != "ppo":
         notes.append(
-            f"algorithm={plan.cfg.algorithm.name} trains on fixed targets; scoring its data's RL form (test prompts "
-            "with ground truths) with the reward group"
+            f"{trained.upper()} runs train on fixed targets; scoring its data's RL form (test prompts with ground "
+            "truths) with the reward group"
         )
+    if plan.cfg.family != "ppo":
         plan = resolve(["algorithm=grpo", *resolved.args, *overrides, "algorithm=grpo"], search)
     cfg = plan.cfg
     problems: list[Problem] = []
