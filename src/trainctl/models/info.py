@@ -4,7 +4,6 @@ or, when it is not pulled yet, from its model option."""
 from __future__ import annotations
 
 import json
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,16 +67,13 @@ class ModelInfo:
 
 
 def safetensors_params(folder: Path) -> tuple[int, str | None]:
-    """Parameters and the dominant dtype, from the safetensors headers alone (8 bytes + a JSON header per file)."""
+    """Parameters and the dominant dtype, from the safetensors headers alone."""
+    from trainctl.ckpt.safetensors import safetensors_header
+
     total = 0
     dtypes: Counter = Counter()
     for f in sorted(folder.glob("*.safetensors")):
-        with f.open("rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
+        for t in safetensors_header(f).values():
             n = 1
             for d in t["shape"]:
                 n *= d
