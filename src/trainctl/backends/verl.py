@@ -180,6 +180,14 @@ class VerlPPO(_Verl):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return verl_defaults("ppo_trainer", _overrides(group_choices))
 
+    def translate(self, cfg: Config, comp: Composition) -> list[tuple[dict, str]]:
+        """The reward kind's keys: how verl scores responses (trainctl.backends.rewards)."""
+        from trainctl.backends.rewards import kind_of
+
+        kind = kind_of(cfg)
+        keys = kind.verl(cfg, comp.search)
+        return [({"reward": keys}, kind.origin)] if keys else []
+
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))
 
