@@ -13,6 +13,7 @@ from trainctl.models.catalog import ModelError, folder_size, on_disk, resolve_re
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Model
+    from trainctl.config.search import SearchPath
 
 # bytes per element of each safetensors dtype
 DTYPE_BYTES = {
@@ -179,9 +180,9 @@ def from_option(name: str, model: Model) -> ModelInfo:
     )
 
 
-def model_info(name: str) -> ModelInfo:
+def model_info(name: str, search: SearchPath | None = None) -> ModelInfo:
     """A model option (read from its folder when pulled, else from the option) or a model folder."""
-    ref = resolve_ref(name)
+    ref = resolve_ref(name, search=search)
     if (ref.path / "config.json").is_file():
         return from_folder(ref.label, ref.path)
     if ref.option:
