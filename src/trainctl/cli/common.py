@@ -31,10 +31,11 @@ def complete_overrides(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _trainctl_keys(search) -> list[str]:
-    """trainctl's own keys, from the schema that declares them."""
+    """trainctl's own keys, from the schema that declares them (and the reward kinds' settings)."""
+    from trainctl.backends.rewards import setting_keys
     from trainctl.config.schema import keys
 
-    return [key for key, _, _ in keys()]
+    return [key for key, _, _ in [*keys(), *setting_keys()]]
 
 
 Overrides = Annotated[

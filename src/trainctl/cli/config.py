@@ -174,6 +174,13 @@ def keys(
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("key", "type", "meaning"):
         table.add_column(col, overflow="fold")
-    for key, kind, doc in schema_keys(section):
+    rows = schema_keys(section)
+    if section in (None, "reward"):
+        # each reward kind declares the settings it reads beside reward.kind
+        from trainctl.backends.rewards import setting_keys
+
+        last = max(i for i, (key, _, _) in enumerate(rows) if key.startswith("reward."))
+        rows[last + 1 : last + 1] = setting_keys()
+    for key, kind, doc in rows:
         table.add_row(key, kind, doc)
     stdout_console().print(table)
