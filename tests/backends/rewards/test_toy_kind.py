@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared import install_entry_point
 from trainctl.backends.rewards import registry
 
 GRPO = ["recipe=grpo-arith-tiny-cpu"]
@@ -27,10 +28,7 @@ target_chars: 12
 
 def install(site: Path, entry: str = MODULE) -> None:
     """What `pip install` of a package declaring the entry point leaves in site-packages."""
-    dist = site / "toy_rewards-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-rewards\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[trainctl.reward_kinds]\nlength = {entry}\n")
+    install_entry_point(site, "toy-rewards", "trainctl.reward_kinds", "length", entry)
 
 
 @pytest.fixture
