@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, byte_progress, reject_option_typos
+from trainctl.cli.common import OVERRIDE_CONTEXT, DryRun, Overrides, byte_progress, command_overrides
 
 app = typer.Typer(
     help="Models: pull from Hugging Face or ModelScope, list, inspect (with a memory estimate), build the tiny one.",
@@ -73,7 +73,7 @@ def pull(
     checksum: Annotated[
         bool, typer.Option("--checksum", help="also compare every weight file's sha256 with the hub's")
     ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be downloaded; download nothing")] = False,
+    dry_run: DryRun = False,
 ) -> None:
     """Download a model into the folder its name points at, then verify it."""
     from trainctl.models.pull import human
@@ -171,12 +171,11 @@ def info(
     from trainctl.models.pull import human
     from trainctl.plan import resolve
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
+    words, search = command_overrides(ctx, overrides)
     m = model_info(name)
     ref = resolve_ref(name)
     model_words = [f"model={ref.name}"] if ref.option else [f"model.path={m.path}"]
-    plan = resolve([*model_words, *words])
+    plan = resolve([*model_words, *words], search)
 
     console = stdout_console()
     t = Table(box=None, show_header=False, pad_edge=False)

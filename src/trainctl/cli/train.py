@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.cli.common import ConfigDirs, DryRun, Overrides, command_overrides, render_warnings
 from trainctl.errors import RunFailed, RunInterrupted, TrainctlError
 
 EPILOG = """\
@@ -29,9 +29,7 @@ Examples:
 def train(
     ctx: typer.Context,
     overrides: Overrides = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print the plan and exit: resolved config, launch command, numbers")
-    ] = False,
+    dry_run: DryRun = False,
     multirun: Annotated[
         bool, typer.Option("-m", "--multirun", help="sweep: key=a,b runs one plan per value (the product of all)")
     ] = False,
@@ -62,9 +60,7 @@ def train(
     from trainctl.cli.render import plan_text
     from trainctl.config.overrides import expand
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    search = search_path(config_dir)
+    words, search = command_overrides(ctx, overrides, config_dir)
     if resume is not None:
         words = [*_saved_args(resume), *words]
     points = expand(words, multirun, search)
