@@ -385,4 +385,6 @@ def register() -> None:
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     RolloutReplicaRegistry.register(NAME, _replica_class)
+    # verl's registry of worker-side rollouts is this dict (no register function): a new key, nothing of verl's
+    # replaced, so a registration like the line above rather than a patch (trainctl.runtime.verl_patches)
     base._ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.HFServerAdapter"
