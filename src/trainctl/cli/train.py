@@ -115,6 +115,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     from trainctl.launch.rundir import relative
     from trainctl.launch.runner import launch
     from trainctl.metrics import run_summary
+    from trainctl.runs.keys import key_metrics
 
     typer.echo(f"Run {plan.cfg.run.name}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
     views = []
@@ -161,5 +162,5 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     typer.echo(f"Finished {plan.cfg.run.name} in {result.seconds:.0f} s. Run folder: {folder}")
     if ckpt:
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
-    for line in run_summary(result.run_dir, plan.cfg.algorithm.family):
+    for line in run_summary(result.run_dir, key_metrics(plan.cfg.algorithm.family)):
         typer.echo(line)
