@@ -80,16 +80,6 @@ def test_the_backend_string_verl_builds_still_names_the_device_twice():
     assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in src
 
 
-def test_plugin_is_inert_without_verl_platform_cpu(plugin_probe):
-    facts = plugin_probe()
-    assert (facts["cpu_platform_installed"], facts["cpu_platform_registered"]) == (False, False)
-
-
-def test_plugin_selects_the_cpu_platform_when_asked(plugin_probe):
-    facts = plugin_probe(VERL_PLATFORM="cpu")
-    assert (facts["device"], facts["cpu_fsdp2_engine"]) == (["cpu", "gloo"], True)
-
-
 def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
     """If verl stops hard-coding these, the patches can go."""
     import verl.single_controller.ray.base as base
@@ -121,11 +111,6 @@ def test_the_replay_buffer_is_patched_when_imported_and_polls_quickly_only_on_cp
         deferred = not facts["replay_buffer_imported"] and not facts["replay_buffer_imported_after_apply"]
         got = (deferred, facts["replay_buffer_patched"], facts["poll_interval"], facts["poll_interval_given"])
         assert got == (True, True, interval, 1.5), env
-
-
-def test_the_hf_rollout_plugs_into_verls_registries(plugin_probe):
-    """verl finds trainctl's rollout through its own registries, in every process the plugin is loaded in."""
-    assert plugin_probe(VERL_PLATFORM="cpu")["hf_rollout"] == ["HFServerAdapter", "HFReplica"]
 
 
 def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched(plugin_probe):

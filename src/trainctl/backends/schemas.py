@@ -58,7 +58,7 @@ def _ranges(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str
 
 
 # Schemas of the backend versions trainctl pins, shipped with it (written by `make schemas`, compared with a fresh
-# read by tests/facts/test_schemas.py): the first check on a new machine needs no import of verl or TRL.
+# read by tests/backends/test_schemas.py): the first check on a new machine needs no import of verl or TRL.
 SHIPPED = Path(__file__).resolve().parent.parent / "facts" / "schemas"
 
 
