@@ -76,7 +76,9 @@ class Composition:
     def sources(self) -> list[tuple[str, set[str]]]:
         from trainctl.config.origins import sources
 
-        return sources(self)
+        command_line = {o.key for o in self.trainctl_overrides}
+        command_line |= {f"{self.node}.{b.path}" for b in self.backend_overrides}
+        return sources(self.search, self.choices, PRIMARY, command_line)
 
     def origin(self, path: str) -> str | None:
         """The file or override that set a trainctl config key (computed on first use)."""
