@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import pickle
 import shlex
 from functools import lru_cache
@@ -19,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl import launchers, paths
 from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, set_path, torchrun_for
+from trainctl.backends.schemas import verl_config_dir
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.facts import verl as verl_facts
@@ -26,15 +26,6 @@ from trainctl.facts import verl as verl_facts
 if TYPE_CHECKING:
     from trainctl.config.compose import Composition
     from trainctl.config.schema import Config
-
-
-def verl_config_dir() -> Path:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        from trainctl.errors import TrainctlError
-
-        raise TrainctlError("verl is not installed.", hint="pip install 'verl[verl-core]==0.9.1' (or: make install)")
-    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
 def verl_keys(config_name: str, overrides: tuple[str, ...] = ()) -> set[str]:

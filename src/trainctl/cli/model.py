@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, ConfigDirs, Overrides, byte_progress, reject_option_typos, search_path
+from trainctl.cli.common import (
+    OVERRIDE_CONTEXT,
+    ConfigDirs,
+    DryRun,
+    Overrides,
+    byte_progress,
+    command_overrides,
+    search_path,
+)
 
 app = typer.Typer(
     help="Models: pull from Hugging Face or ModelScope, list, inspect (with a memory estimate), build the tiny one.",
@@ -73,7 +81,7 @@ def pull(
     checksum: Annotated[
         bool, typer.Option("--checksum", help="also compare every weight file's sha256 with the hub's")
     ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be downloaded; download nothing")] = False,
+    dry_run: DryRun = False,
     config_dirs: ConfigDirs = None,
 ) -> None:
     """Download a model into the folder its name points at, then verify it."""
@@ -176,9 +184,7 @@ def info(
     from trainctl.models.pull import human
     from trainctl.plan import resolve
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    search = search_path(config_dirs)
+    words, search = command_overrides(ctx, overrides, config_dirs)
     m = model_info(name, search)
     ref = resolve_ref(name, search=search)
     model_words = [f"model={ref.name}"] if ref.option else [f"model.path={m.path}"]
