@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from trainctl.errors import TrainctlError
 
-# what a run's loss is called, by trainer (the last resort of run_summary when the family is unknown)
+# what a run's loss is called, by trainer (the last resort of run_summary when no key metric was logged)
 LOSS_KEYS = ("train/loss", "actor/pg_loss", "critic/vf_loss", "train/rewards/accuracies")
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -105,13 +107,18 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / span * (len(_BARS) - 1)))] for v in values)
 
 
-def run_summary(run_dir: Path, family: str | None = None) -> list[str]:
-    """The end-of-run lines: the loss (and for RL the reward) from first to last step, with a sparkline."""
-    from trainctl.runs.keys import key_metrics
+class KeyMetricLike(Protocol):
+    """A metric under the trainer's own names (trainctl.runs.keys.KeyMetric)."""
 
+    def pick(self, present: set[str]) -> str | None: ...
+
+
+def run_summary(run_dir: Path, key_metrics: Sequence[KeyMetricLike]) -> list[str]:
+    """The end-of-run lines: the first two key metrics of the run's family (trainctl.runs.keys.key_metrics: the
+    loss, and for RL the reward) from first to last step, with a sparkline."""
     metrics = read_metrics(run_dir)
     present = {k for m in metrics.values() for k in m}
-    keys = [k for km in key_metrics(family)[:2] if (k := km.pick(present))]
+    keys = [k for km in key_metrics[:2] if (k := km.pick(present))]
     if not keys:
         keys = [k for k in LOSS_KEYS if k in present][:1]
     lines = []

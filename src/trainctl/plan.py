@@ -123,6 +123,10 @@ def resolve(
     the rest); a value of the wrong type always raises, since arithmetic on it would be meaningless.
     """
     loaded = load(overrides, search)
+    # the reward kind translates its own settings: they must be what it declares before anything is built
+    found = reward.section(loaded.cfg, loaded.comp)
+    if found:
+        raise ConfigProblems(found)
     plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching)
     plan.problems += values.checks(loaded.cfg, loaded.comp)
     if strict:

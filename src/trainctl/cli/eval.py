@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.cli.common import ConfigDirs, Overrides, command_overrides, render_warnings
 
 EPILOG = """\
 \b
@@ -58,9 +58,7 @@ def eval_command(
     """
     from trainctl.eval.core import mark_best, prepare
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    search = search_path(config_dir)
+    words, search = command_overrides(ctx, overrides, config_dir)
     p = prepare(model, words, each_checkpoint=each_checkpoint, out=out, limit=limit, base=not no_base, search=search)
     render_warnings(p.warnings)
     for note in p.notes:

@@ -93,6 +93,7 @@ def prepare(
 ) -> Prepared:
     """Resolve MODEL and the config, and check everything eval needs. Raises ConfigProblems (every problem at once)
     or TrainctlError; nothing is loaded or generated here."""
+    from trainctl.backends.rewards import kind_of
     from trainctl.config.search import SearchPath
     from trainctl.plan import resolve
 
@@ -113,7 +114,8 @@ def prepare(
     if plan.cfg.family != "ppo":
         plan = resolve(["algorithm=grpo", *resolved.args, *overrides, "algorithm=grpo"], search)
     cfg = plan.cfg
-    problems: list[Problem] = []
+    # eval scores in this process, with the reward manager verl's reward workers would build
+    problems: list[Problem] = kind_of(cfg).eval_problems(cfg)
 
     # the model: a model option must be downloaded; a run's base model is its first row when it is here
     model_dir = Path(cfg.model.path).expanduser()
@@ -188,12 +190,14 @@ def prepare(
 
 
 def _data_problems(plan, val_file: Path) -> list[Problem]:
+    from trainctl.backends.rewards import kind_of
     from trainctl.checks.data import reward_fn
     from trainctl.data.check import quick_check
 
     path, _, _ = reward_fn(plan.subject)
-    judged = plan.cfg.reward.kind in ("model", "judge")
-    found = quick_check(val_file, "rl", custom_reward=bool(path) or judged, ground_truth=not judged)
+    kind = kind_of(plan.cfg)
+    scored = bool(path) or kind.scores_every_row
+    found = quick_check(val_file, "rl", custom_reward=scored, ground_truth=kind.needs_ground_truth)
     for p in found:  # the data checks speak of training; here the test split is scored, now
         if p.key == "data.train_files":
             p.key = "data.val_files"
