@@ -181,6 +181,19 @@ def _follow(path: Path) -> None:
     typer.echo(f"{final.name}: {_status(final)} after {fmt_seconds(final.seconds)}, step {_steps(final)}")
 
 
+def _lineage(run: Path):
+    """Where the run's model came from (model=runs/NAME), from its lock.json."""
+    import json
+
+    from trainctl.ckpt.lineage import Lineage
+
+    try:
+        found = json.loads((run / "lock.json").read_text()).get("lineage")
+        return Lineage(**found) if found else None
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def _show(info, all_metrics: bool) -> None:
     import yaml
 
@@ -198,6 +211,9 @@ def _show(info, all_metrics: bool) -> None:
     say(f"  status      {_status(info)}")
     hw = tree.get("hardware", {})
     say(f"  trains      {info.algorithm} on model={info.model} with data={info.data} ({info.backend})")
+    lineage = _lineage(info.path)
+    if lineage:
+        say(f"  from        {lineage.describe()}")
     if hw:
         say(
             f"  hardware    {hw.get('name')}: {hw.get('nnodes')} node(s) x {hw.get('gpus_per_node')} "

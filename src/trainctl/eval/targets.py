@@ -8,14 +8,12 @@ checkpoint itself is never written to.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainctl.ckpt.layout import Checkpoint, list_checkpoints, read_checkpoint
 from trainctl.errors import TrainctlError, UsageError
-from trainctl.paths import cache_dir
 
 
 @dataclass
@@ -144,20 +142,10 @@ def _target(c: Checkpoint) -> Target:
 
 
 def merged_folder(target: Target) -> Path:
-    """The Hugging Face folder to load: the folder itself, or the checkpoint merged into the cache (once: the
-    cache key is the checkpoint's path and its files' sizes and times, so a rewritten checkpoint is merged again)."""
+    """The Hugging Face folder to load: the folder itself, or the checkpoint merged into the cache (once, verified:
+    trainctl.ckpt.lineage.merged, as a run started from a checkpoint reads it)."""
     if target.folder is not None:
         return target.folder
-    from trainctl.ckpt.merge import merge, plan_merge
+    from trainctl.ckpt.lineage import merged
 
-    part = target.checkpoint.part()
-    stamp = hashlib.sha256(str(part.path).encode())
-    for f in sorted(part.path.rglob("*")):
-        if f.is_file():
-            st = f.stat()
-            stamp.update(f"{f.relative_to(part.path)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    out = cache_dir() / "eval" / "merged" / f"{target.checkpoint.path.name}-{stamp.hexdigest()[:16]}"
-    if (out / "config.json").is_file():
-        return out
-    merge(plan_merge(target.checkpoint.path, out, dtype="auto"))
-    return out
+    return merged(target.checkpoint)
