@@ -199,7 +199,7 @@ def _show(info, all_metrics: bool) -> None:
 
     from trainctl.ckpt.layout import CheckpointError, list_checkpoints
     from trainctl.launch.rundir import relative
-    from trainctl.metrics import read_metrics
+    from trainctl.metrics import before_after, read_metrics
     from trainctl.runs.keys import key_metrics
     from trainctl.runs.progress import fmt_seconds, fmt_value
 
@@ -249,6 +249,11 @@ def _show(info, all_metrics: bool) -> None:
             say(f"  step {c.step}{' *' if c.latest else ''}  {relative(c.path)}")
     except CheckpointError as e:
         say(f"  none ({e.message})")
+    changed = before_after(info.path)
+    if changed:
+        say("Held-out, before -> after:")
+        for line in changed:
+            say(f"  {line}")
     metrics = read_metrics(info.path)
     if not metrics:
         say("Metrics: none logged yet")
