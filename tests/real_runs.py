@@ -150,11 +150,19 @@ def validation_dir(run: RealRun) -> Path:
 
 @pytest.fixture(scope="session")
 def dpo_run(real_home, tmp_path_factory) -> RealRun:
-    """TRL DPO, 16 steps, checkpoints at 8 and 16, logger=console, stdout a pipe (plain progress lines)."""
+    """TRL DPO, 16 steps, checkpoints at 8 and 16, held-out pairs evaluated before training and at 8 and 16 (the
+    learning test's), logger=console, stdout a pipe (plain progress lines)."""
     return shared_train(
-        tmp_path_factory, real_home, "dpo", *FAST_DPO, "run.save_every=8", "logger=console",
+        tmp_path_factory, real_home, "dpo", *FAST_DPO, "run.save_every=8", "run.val_every=8", "logger=console",
         TRAINCTL_PROGRESS_EVERY="0",
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(real_home, tmp_path_factory) -> RealRun:
+    """`trainctl train recipe=quickstart` as the README shows it: 48 steps, validation every 16 (the SFT learning
+    test's run); stdout a pipe."""
+    return shared_train(tmp_path_factory, real_home, "quickstart", "recipe=quickstart", TRAINCTL_PROGRESS_EVERY="0")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -135,4 +136,41 @@ def run_summary(run_dir: Path, key_metrics: Sequence[KeyMetricLike]) -> list[str
             f"(min {min(values):.4g}, max {max(values):.4g})",
             "  " + sparkline(values),
         ]
+    return lines
+
+
+# what a run scored on held-out data, by trainer: verl's validation (PPO family: val-core/<source>/acc/mean@1 and the
+# reward, val-aux/<source>/reward/mean@1; SFT: val/loss), TRL's evaluation (eval/loss, eval/rewards/accuracies and
+# margins), and `trainctl eval`'s (eval/<data>/acc and format, written to <run>/eval/metrics.jsonl)
+HELD_OUT = re.compile(
+    r"^(val-core/.+/acc/mean@\d+|val-aux/.+/reward/mean@\d+|val/loss|eval/loss|eval/rewards/(accuracies|margins)"
+    r"|eval/[^/]+/(acc|format))$"
+)
+
+
+def held_out(run_dir: Path) -> dict[int, dict]:
+    """step -> the held-out metrics of a run: its own validation's, and `trainctl eval`'s of its checkpoints."""
+    metrics = read_metrics(run_dir)
+    evaluated = Path(run_dir) / "eval" / "metrics.jsonl"
+    if evaluated.is_file():
+        for step, values in read_jsonl(evaluated).items():
+            metrics.setdefault(step, {}).update(values)
+    out: dict[int, dict] = {}
+    for step, values in metrics.items():
+        kept = {k: v for k, v in values.items() if HELD_OUT.match(k) and isinstance(v, int | float)}
+        if kept:
+            out[step] = kept
+    return dict(sorted(out.items()))
+
+
+def before_after(run_dir: Path) -> list[str]:
+    """One line per held-out metric measured at two steps or more: its first and last value, e.g.
+    `val-core/openai/gsm8k/acc/mean@1 0.05 -> 0.41 (step 0 -> 20)`."""
+    metrics = held_out(run_dir)
+    lines = []
+    for name in sorted({k for values in metrics.values() for k in values}):
+        points = series(metrics, name)
+        if len(points) >= 2:
+            (s0, v0), (s1, v1) = points[0], points[-1]
+            lines.append(f"{name} {v0:.4g} -> {v1:.4g} (step {s0} -> {s1})")
     return lines

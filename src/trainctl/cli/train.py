@@ -146,7 +146,7 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     from trainctl.launch.checkpoints import latest_checkpoint
     from trainctl.launch.rundir import relative
     from trainctl.launch.runner import launch
-    from trainctl.metrics import run_summary
+    from trainctl.metrics import before_after, run_summary
     from trainctl.runs.keys import key_metrics
 
     typer.echo(f"Run {plan.cfg.run.name}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
@@ -204,3 +204,8 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
     for line in run_summary(result.run_dir, key_metrics(plan.cfg.algorithm.family)):
         typer.echo(line)
+    changed = before_after(result.run_dir)
+    if changed:
+        typer.echo("Held-out, before -> after:")
+        for line in changed:
+            typer.echo(f"  {line}")

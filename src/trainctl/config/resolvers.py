@@ -80,6 +80,19 @@ def _builtin_tool(name):
     return str(path)
 
 
+# the reward functions trainctl ships (runtime/rewards/NAME.py), by path likewise
+BUILTIN_REWARDS = Path(__file__).resolve().parent.parent / "runtime" / "rewards"
+
+
+def _builtin_reward(name):
+    """The file of a reward function trainctl ships (conf/reward/arith.yaml names it by path)."""
+    path = BUILTIN_REWARDS / f"{name}.py"
+    if not path.is_file():
+        found = sorted(p.stem for p in BUILTIN_REWARDS.glob("*.py") if not p.stem.startswith("_"))
+        raise ValueError(f"trainctl ships no reward function {name!r} (it ships: {', '.join(found)})")
+    return str(path)
+
+
 def _python():
     """The Python running trainctl: it has the mcp package the built-in servers need."""
     return sys.executable
@@ -106,6 +119,7 @@ _RESOLVERS = {
     "tc.if_lora": _if_lora,
     "tc.as_list": _as_list,
     "tc.builtin_tool": _builtin_tool,
+    "tc.builtin_reward": _builtin_reward,
     "tc.python": _python,
 }
 

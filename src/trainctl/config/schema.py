@@ -155,6 +155,10 @@ class Data:
     data_source: str | None = opt("written into each RL row: picks verl's scorer for it")
     ability: str | None = opt("written into each RL row (verl's `ability` column)")
     instruction: str | None = opt("appended to each RL prompt, so the model answers in the form the scorer reads")
+    answer_format: str | None = opt(
+        "a regular expression that a well-formed answer contains (gsm8k's `#### N`): `trainctl eval` reports the share "
+        "of responses that do as eval/DATA/format, whether or not the answer is right"
+    )
 
 
 @dataclass
