@@ -21,6 +21,7 @@ from trainctl import launchers
 from trainctl.backends.base import JOB_CONFIG_DIR, Command
 from trainctl.errors import ConfigProblems, TrainctlError
 from trainctl.launch import tools
+from trainctl.launch.checkpoints import repair_marker
 from trainctl.launch.rundir import RunDir, relative
 from trainctl.launchers.base import Job
 from trainctl.plan import Plan
@@ -273,6 +274,9 @@ def launch(
         )
     preflight(plan)
     if resume:
+        repaired = repair_marker(Path(plan.value("trainer.default_local_dir") or run.checkpoints))
+        if repaired:
+            note(repaired)
         changes = config_changes(plan, run.path / plan.backend.config_file)
         if changes:
             note("resuming with a config that differs from the saved one: " + "; ".join(changes[:8]))
