@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from itertools import combinations
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_eval_of_a_model_prints_the_table_and_writes_rewards_one_can_recompute(c
     result = cli("eval", "tiny", *REWARD_ARGS, "--limit", "12", "--out", str(out))
     assert result.exit_code == 0, result.output[-3000:]
     header = next(line for line in result.stdout.splitlines() if line.startswith("model"))
-    assert header.split()[:5] == ["model", "prompts", "acc", "reward", "resp"], result.stdout
+    assert header.split()[:6] == ["model", "prompts", "acc", "reward", "format", "resp"], result.stdout
     row = next(line for line in result.stdout.splitlines() if line.startswith("tiny"))
     assert row.split()[1] == "12"
 
@@ -54,6 +55,9 @@ def test_eval_of_a_model_prints_the_table_and_writes_rewards_one_can_recompute(c
     assert metrics["eval/arith/acc"] == pytest.approx(sum(s["acc"] for s in samples) / 12)
     assert metrics["eval/arith/response_length"] == pytest.approx(sum(s["response_tokens"] for s in samples) / 12)
     assert metrics["eval/arith/truncated"] == pytest.approx(sum(s["truncated"] for s in samples) / 12)
+    # arith's answer_format: the share of responses with a `#### N` line, right or wrong
+    assert all(s["format"] == bool(re.search(r"#### -?[0-9]", s["response"])) for s in samples)
+    assert metrics["eval/arith/format"] == pytest.approx(sum(s["format"] for s in samples) / 12)
     assert f"{metrics['eval/arith/acc']:.4f}" in row
 
 
