@@ -155,7 +155,8 @@ def test_a_metrics_line_cut_mid_write_hides_nothing_else(sft_run, cli, tmp_path)
     metrics.write_text("\n".join([*lines[:2], lines[2][: len(lines[2]) // 2], *lines[2:]]) + "\n" + lines[3][:40])
 
     listed = cli("runs", "ls", "--dir", str(runs))
-    assert listed.exit_code == 0 and re.search(r"done\s+4/4\s+train/loss=\d", _row(listed.stdout, "cut")), listed.output
+    # (run.json keeps the run's name: sft)
+    assert listed.exit_code == 0 and re.search(r"done\s+4/4\s+train/loss=\d", _row(listed.stdout, "sft")), listed.output
     shown = cli("runs", "show", "cut", "--all")
     assert shown.exit_code == 0 and "Last metrics (step 4):" in shown.stdout, shown.output
     ckpts = cli("ckpt", "ls", "runs/cut", "-m", "train/loss")
