@@ -102,7 +102,7 @@ def test_settings_of_another_kind_and_missing_ones(cli, tiny_model, arith_data, 
     one_error(cli("config", "validate", *GRPO, "reward=model"), "reward=model needs reward.model.")
     one_error(
         cli("config", "validate", *GRPO, "reward.model=tiny-rm"),
-        "reward.model is set ('tiny-rm'), but reward=rule does not read it.",
+        "reward.model is set ('tiny-rm'), but reward=arith does not read it.",
         "reward=model reward.model=tiny-rm",
     )
     one_error(

@@ -27,7 +27,7 @@ SFT_VAL_LOSS_DROP = 0.5
 SFT_FORMAT_GAIN = 0.5
 
 
-def test_the_quickstart_learns_the_answer_format(cli, quickstart_run, tmp_path):
+def test_the_quickstart_learns_the_answer_format(cli, quickstart_run, arith_data, tmp_path):
     run = tmp_path / "work" / "runs" / "quickstart"
     shutil.copytree(quickstart_run.path, run)  # eval writes into the run folder
     assert_learned(run, "val/loss", SFT_VAL_LOSS_DROP, lower=True)

@@ -88,7 +88,10 @@ class Listing:
 
     @property
     def latest(self) -> Checkpoint:
-        """What a run or output folder means when one checkpoint is asked for: the latest whole one."""
+        """What a run or output folder means when one checkpoint is asked for: the latest whole one (a checkpoint
+        folder named on its own is that one, whole or not: what reads it checks the files it needs)."""
+        if len(self.checkpoints) == 1 and self.checkpoints[0].path == self.root:
+            return self.checkpoints[0]
         whole = [c for c in self.checkpoints if not c.incomplete]
         if not whole:
             c = self.checkpoints[-1]

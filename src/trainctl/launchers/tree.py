@@ -37,6 +37,15 @@ def marked(mark: str) -> list[psutil.Process]:
                 found.append(proc)
         except psutil.Error:  # gone, or another user's
             continue
+    # Ray's raylet starts its agents (DashboardAgent, RuntimeEnvAgent) with an environment of its own: they carry no
+    # mark, so the descendants of marked processes are the run's too
+    known = {p.pid for p in found}
+    for proc in list(found):
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                if child.pid not in known and child.pid != me:
+                    known.add(child.pid)
+                    found.append(child)
     return found
 
 
