@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainctl.errors import TrainctlError
 from trainctl.mcp.schemas import openai_tool_schema
-from trainctl.mcp.specs import allowed_tools, is_reference
+from trainctl.mcp.specs import allowed_tools, file_overrides, is_reference
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Tools
@@ -78,10 +78,12 @@ def tool_config(
     session: str = "shared",
     call_log_dir: str | Path | None = None,
     prefix_names: bool = False,
+    overrides: dict[str, dict] | None = None,
 ) -> dict:
     """The MCP part of the document for `multi_turn.tool_config_path`: one entry per tool of every discovered server.
 
-    With `servers_file`, each entry names its server in that file (env stays in the user's file); without it the
+    With `servers_file`, each entry names its server in that file (env stays in the user's file), with the keys
+    tools.servers.NAME changes (`overrides`, no values: env as ${NAME} references); without it the
     checked server entry is written inline, which is refused when an env or header value is a literal (a possible
     secret) instead of a `${VAR}` reference. Timeouts: the bridge's defaults unless given."""
     from trainctl.mcp.connection import DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT
@@ -98,6 +100,8 @@ def tool_config(
         where: dict[str, Any]
         if servers_file is not None:
             where = {"servers_file": str(Path(servers_file).expanduser().resolve())}
+            if (overrides or {}).get(name):
+                where["server_overrides"] = overrides[name]
         else:
             literal = [k for k, v in (*spec.env, *spec.headers) if not is_reference(v)]
             if literal:
@@ -111,9 +115,11 @@ def tool_config(
         for tool in found.tools:
             exposed = f"{name}__{tool.name}" if prefix_names else tool.name
             if exposed in owner:
+                others = [t.name for t in found.tools if t.name != tool.name]
                 raise TrainctlError(
                     f"MCP tool name {exposed!r} is listed by both server {owner[exposed]!r} and server {name!r}.",
-                    hint="tool names must be unique across servers: drop one server, or prefix names with the server",
+                    hint="tool names must be unique across servers: leave it to one of them, e.g. "
+                    f"'tools.servers.{name}.tools=[{','.join(others)}]'",
                 )
             owner[exposed] = name
             config = {
@@ -170,7 +176,9 @@ def tool_config_document(
     if inline:
         entries += tool_config(narrowed(inline), **common)["tools"]
     if from_file:
-        entries += tool_config(narrowed(from_file), servers_file=tools.servers_file, **common)["tools"]
+        entries += tool_config(
+            narrowed(from_file), servers_file=tools.servers_file, overrides=file_overrides(tools), **common
+        )["tools"]
     for spec, schema in functions.items():
         entries.append(function_entry(spec, schema, tools.call_timeout_s, calls))
     seen: dict[str, str] = {}
@@ -180,10 +188,26 @@ def tool_config_document(
         if name in seen:
             raise TrainctlError(
                 f"tool name {name!r} is given by both {seen[name]!r} and {source!r}.",
-                hint="tool names must be unique: drop one, or narrow a server's tools (tools.servers.NAME.tools)",
+                hint="tool names must be unique: " + _leave_one(entries, name),
             )
         seen[name] = source
     return {"tools": entries}
+
+
+def _leave_one(entries: list[dict], name: str) -> str:
+    """A runnable override that gives a duplicated tool name to one source only."""
+    servers = [e["config"]["server"] for e in entries if e["config"].get("server") and _name(e) == name]
+    if servers:
+        server = servers[-1]
+        rest = [e["config"]["mcp_tool"] for e in entries if e["config"].get("server") == server and _name(e) != name]
+        return f"leave it to one of them, e.g. 'tools.servers.{server}.tools=[{','.join(rest)}]'"
+    functions = [e["config"]["function"] for e in entries if "function" in e["config"] and _name(e) != name]
+    first = next(e["config"]["function"] for e in entries if "function" in e["config"] and _name(e) == name)
+    return f"leave it to one of them, e.g. 'tools.functions=[{','.join([first, *functions])}]'"
+
+
+def _name(entry: dict) -> str:
+    return entry["tool_schema"]["function"]["name"]
 
 
 def write_tool_config(path: str | Path, document: dict) -> Path:
