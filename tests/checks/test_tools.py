@@ -368,3 +368,33 @@ def test_an_override_that_names_no_server_of_the_file_or_breaks_one(cli, tmp_pat
     )
     assert result.exit_code == 1
     assert f"{servers} with tools.servers.probe: server 'probe' has no \"command\" to start it with." in text
+
+
+def test_library_warnings_go_to_the_debug_log(cli, tool_data, tiny_model, tmp_path, monkeypatch):
+    """Schemas longer than the tokenizer's model_max_length made transformers print "Token indices sequence length
+    is longer than the specified maximum ..." through `config validate`: it belongs in the debug log."""
+    import io
+    import logging
+
+    wordy = tmp_path / "wordy.py"
+    wordy.write_text(
+        f'def lookup(word: str) -> str:\n    """{"Look the word up in a very long glossary. " * 10}\n\n'
+        '    Args:\n        word: the word\n    """\n    return word\n'
+    )
+    args = ["config", "validate", *GRPO, "tools=calculator-fn", f"tools.functions=[{wordy}:lookup]"]
+    args += ["data.max_prompt_length=512"]  # the schema's ~300 tokens fit
+    config = tiny_model / "tokenizer_config.json"  # ... but the tokenizer says it takes 256 at most
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 256}))
+    # what transformers' own handlers would print (on the terminal, outside tests)
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        quiet = cli(*args)
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert quiet.exit_code == 0, quiet.output
+    assert "Token indices" not in printed.getvalue() + quiet.output, printed.getvalue()
+    monkeypatch.setenv("TRAINCTL_DEBUG", "1")
+    shown = cli(*args)
+    assert "debug: transformers" in shown.stderr and "Token indices sequence length" in shown.stderr

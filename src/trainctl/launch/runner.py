@@ -272,6 +272,8 @@ def launch(
             f"run.name={plan.cfg.run.name}-2",
         )
     preflight(plan)
+    for text in tools.before_launch(plan, run.path, resume):  # the tokenization preflight; the tool servers' record
+        note(text)
     if resume:
         changes = config_changes(plan, run.path / plan.backend.config_file)
         if changes:
