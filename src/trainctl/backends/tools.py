@@ -220,3 +220,57 @@ def write_tool_config(path: str | Path, document: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+# -- the tool config a Ray job carries ---------------------------------------------------------------------------
+
+
+def job_document(document: dict, job_python: str) -> tuple[dict, dict[str, Path]]:
+    """The run's tool config as a Ray job reads it in its working dir on the cluster's nodes, and the files to
+    stage beside it (name in the working dir -> file here).
+
+    - a server of an mcpServers file is written inline (the file is not on the nodes; the plan refused literal env
+      and header values for a job, so its env holds `${VAR}` references, read from the nodes' environment);
+    - a stdio server started with this machine's Python starts with the job's (`job_python`), and a server file
+      trainctl ships (the calculator) is staged and started from the working dir (the workers' working folder);
+    - a function tool given as a file is staged, and named by its staged file.
+    Run-folder paths (call logs, the calculator's log) stay as they are, as every other path of the run."""
+    import copy
+    import sys
+
+    from trainctl.mcp.specs import apply_override, load_servers
+    from trainctl.runtime import tools as builtin
+
+    builtin_dir = Path(builtin.__file__).resolve().parent
+    out = copy.deepcopy(document)
+    staged: dict[str, Path] = {}
+    for entry in out["tools"]:
+        config = entry["config"]
+        if config.get("servers_file"):
+            spec = load_servers(config["servers_file"])[config["server"]]
+            spec = apply_override(spec, dict(config.get("server_overrides") or {}), config["servers_file"])
+            config.pop("servers_file")
+            config.pop("server_overrides", None)
+            config["server_spec"] = spec.to_json()
+        server = config.get("server_spec")
+        if server and server.get("command"):
+            if server["command"] == sys.executable:
+                server["command"] = job_python
+            args = []
+            for arg in server.get("args") or []:
+                path = Path(arg)
+                if path.is_absolute() and path.parent == builtin_dir and path.suffix == ".py":
+                    staged[path.name] = path
+                    arg = path.name
+                args.append(arg)
+            server["args"] = args
+        if config.get("function"):
+            from trainctl.runtime.python_tool import is_file, split_spec
+
+            where, name = split_spec(config["function"])
+            if is_file(where):
+                source = Path(where).expanduser().resolve()
+                staged_name = f"tool_fn_{source.stem}.py"
+                staged[staged_name] = source
+                config["function"] = f"{staged_name}:{name}"
+    return out, staged

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl import launchers
 from trainctl.backends import tools as verl_tools
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
 from trainctl.mcp.specs import allowed_tools, inline_transport, server_specs, spec_problems
@@ -47,15 +48,35 @@ def checks(s: Subject) -> list[Problem]:
             )
         ]
     problems = [*_servers(s), *_functions(s), *_format(s), *_budgets(s), *_data(s)]
-    if s.cfg.hardware.launcher == "ray_job":
-        problems.append(
-            Problem(
-                f"tools={t.name} with hardware.launcher=ray_job: the run's tool config is written on this machine and "
-                "is not shipped with a Ray job yet.",
-                key="hardware.launcher",
-                hint="run on the cluster's head node with hardware.launcher=ray_cluster, or locally",
-            )
-        )
+    if launchers.get(s.cfg.hardware.launcher).ray == "inside":
+        problems += _job_secrets(s)
+    return problems
+
+
+def _job_secrets(s: Subject) -> list[Problem]:
+    """A Ray job carries its tool config to the cluster (trainctl.backends.tools.job_document): a servers file's
+    env or header value written out (not a `${VAR}` reference) would go with it."""
+    from trainctl.mcp.specs import is_reference
+
+    t = s.cfg.tools
+    try:
+        _, from_file = server_specs(t)
+    except TrainctlError:
+        return []  # reported by _servers
+    problems = []
+    for name, spec in from_file.items():
+        for what, pairs in (("env", spec.env), ("headers", spec.headers)):
+            literal = [k for k, v in pairs if not is_reference(v)]
+            if literal:
+                problems.append(
+                    Problem(
+                        f"{t.servers_file}: server {name!r} gives {what} {', '.join(literal)} as values, and a Ray job "
+                        "carries its tool config to the cluster: the values would go with it.",
+                        key="tools.servers_file",
+                        hint=f'write them as references, "{literal[0]}": "${{{literal[0]}}}", and set '
+                        f"{literal[0]} in the cluster nodes' environment (trainctl doctor hardware=... checks it)",
+                    )
+                )
     return problems
 
 

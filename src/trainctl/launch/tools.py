@@ -21,7 +21,13 @@ def uses_tools(plan: Plan) -> bool:
 def env(plan: Plan) -> dict[str, str]:
     if not uses_tools(plan):
         return {}
-    return {CALLS_ENV: str(verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR))}
+    from trainctl.runtime.trajectories import ENV_ROLLOUTS
+
+    return {
+        CALLS_ENV: str(verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR)),
+        # where the tool loop records each trajectory's turns (trainctl.runtime.trajectories)
+        ENV_ROLLOUTS: str(verl_tools.run_path(plan.run_dir, verl_tools.ROLLOUTS_DIR)),
+    }
 
 
 def _listed(plan: Plan) -> dict:
@@ -93,3 +99,21 @@ def _record_environment(run_dir: Path, environment: dict) -> None:
     data = json.loads(lock.read_text()) if lock.is_file() else {}
     data[LOCK_KEY] = environment
     atomic_write_text(lock, json.dumps(data, indent=2) + "\n")
+
+
+JOB_TOOL_CONFIG = "tools-job.yaml"  # in the run folder: the tool config a Ray job carries (as tools.yaml there)
+
+
+def job_parts(plan: Plan, job_config_dir: str) -> tuple[dict[str, Path], list[str]]:
+    """What a Ray job with tools carries: the files staged in its working dir (name -> file here: the job's
+    tools.yaml, kept in the run folder as tools-job.yaml, and the server and function files it names), and the
+    overrides its entrypoint adds (the tool config in the working dir, `job_config_dir` standing for it)."""
+    if not uses_tools(plan):
+        return {}, []
+    from trainctl.backends.base import JOB_PYTHON
+
+    document, staged = verl_tools.job_document(_listed(plan)["document"], JOB_PYTHON)
+    path = verl_tools.write_tool_config(verl_tools.run_path(plan.run_dir, JOB_TOOL_CONFIG), document)
+    staged = {verl_tools.TOOL_CONFIG: path, **staged}
+    key = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
+    return staged, [f"{key}={job_config_dir}/{verl_tools.TOOL_CONFIG}"]

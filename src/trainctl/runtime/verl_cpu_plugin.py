@@ -6,7 +6,8 @@ trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run train
 without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
 trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
 TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics) and the tool metrics when TRAINCTL_TOOL_CALLS is
-set (trainctl.runtime.tool_metrics).
+set (trainctl.runtime.tool_metrics), with the trajectories' turns in the rollout dumps
+(trainctl.runtime.trajectories).
 """
 
 import os
@@ -20,8 +21,10 @@ if os.environ.get("TRAINCTL_REWARD_KIND"):
 if os.environ.get("TRAINCTL_TOOL_CALLS"):
     # tool metrics in the training log (trainctl.runtime.tool_metrics): runs with tools, GPU runs too
     from trainctl.runtime.tool_metrics import install as _install_tool_metrics
+    from trainctl.runtime.trajectories import install as _install_trajectories
 
     _install_tool_metrics()
+    _install_trajectories()  # trajectories as turns in the rollout dumps (trainctl.runtime.trajectories)
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
