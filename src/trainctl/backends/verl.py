@@ -178,11 +178,16 @@ class VerlPPO(_Verl):
         return verl_defaults("ppo_trainer", _overrides(group_choices))
 
     def computed(self, cfg: Config) -> dict[str, tuple[object, str]]:
-        """The tools section's keys (multi_turn, the agent loop, the trajectory dump): trainctl.backends.tools."""
+        """The tools section's keys (multi_turn, the agent loop, the trajectory dump): trainctl.backends.tools; and
+        no CPU count for a Ray that main_ppo joins (a cluster, or a job's): ray.init() refuses num_cpus there
+        ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided")."""
         from trainctl.backends.tools import verl_keys
 
         origin = f"tools={cfg.tools.name} (trainctl.backends.tools)"
-        return {path: (value, origin) for path, value in verl_keys(cfg.tools, cfg.run.dir).items()}
+        out = {path: (value, origin) for path, value in verl_keys(cfg.tools, cfg.run.dir).items()}
+        if launchers.get(cfg.hardware.launcher).ray != "own":
+            out["ray_kwargs.ray_init.num_cpus"] = (None, f"hardware.launcher={cfg.hardware.launcher}")
+        return out
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))

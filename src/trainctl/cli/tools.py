@@ -18,6 +18,12 @@ app = typer.Typer(
     help="MCP servers and function tools: list them and their schemas' prompt cost, call one tool.",
     no_args_is_help=True,
     rich_markup_mode=None,
+    epilog="""\
+\b
+Examples:
+  trainctl tools ls recipe=agent-arith-tiny-cpu       a recipe's servers, their tools and prompt tokens
+  trainctl tools call calculator.calculator --args '{"expression": "6 * 7"}' tools=calculator
+""",
 )
 
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON (for scripts) instead of text")]
