@@ -49,6 +49,8 @@ FORBIDDEN = {
     "launchers": ("trainctl.plan", "trainctl.cli", "trainctl.launch", "trainctl.checks", "trainctl.backends"),
     # eval sits beside plan (it translates configs with plan.resolve, as training does), under the CLI
     "eval": ("trainctl.cli", "trainctl.launch"),
+    # the tool environment outside a run (tools ls/call, the preflight, the lock's record): under plan and CLI
+    "toolenv": ("trainctl.plan", "trainctl.cli", "trainctl.launch", "trainctl.checks", "trainctl.backends"),
     "facts": ("trainctl.",),  # plain data: a leaf
 }
 

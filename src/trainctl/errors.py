@@ -13,6 +13,8 @@ EXIT_OK = 0
 EXIT_PROBLEM = 1  # a problem with the user's config, data, model or checkpoint
 EXIT_USAGE = 2  # the command line itself is malformed
 EXIT_RUN_FAILED = 3  # the trainer (or the Ray job) failed; its own exit code is in the message
+EXIT_TOOL_ERROR = 4  # `trainctl tools call`: the tool answered with an error
+EXIT_NO_ANSWER = 5  # `trainctl tools call`: no answer (the call timed out, the server went away)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
 

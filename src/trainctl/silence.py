@@ -23,3 +23,56 @@ def quiet():
             yield
         finally:
             logging.disable(previous)
+
+
+# libraries whose log records (and Python warnings) go to trainctl's debug log while trainctl asks them a question
+LIBRARIES = ("transformers", "tokenizers", "huggingface_hub", "verl", "mcp", "httpx", "httpx2", "httpcore", "torch")
+DEBUG_LOGGER = "trainctl.debug"
+
+
+class _ToDebug(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(DEBUG_LOGGER).debug("%s: %s", record.name, record.getMessage())
+
+
+@contextlib.contextmanager
+def library_logs():
+    """Library warnings and log records (transformers' "Token indices sequence length is longer than the specified
+    maximum ...", the MCP SDK's tracebacks of a dropped stream) go to trainctl's debug log (TRAINCTL_DEBUG=1 shows
+    it on stderr) instead of the terminal, for the duration."""
+    handler = _ToDebug()
+    saved = []
+    for name in LIBRARIES:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers = [handler]
+        logger.propagate = False
+    shown = warnings.showwarning
+
+    def to_debug(message, category, filename, lineno, file=None, line=None):
+        logging.getLogger(DEBUG_LOGGER).debug("%s: %s (%s:%s)", category.__name__, message, filename, lineno)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = to_debug
+        try:
+            yield
+        finally:
+            warnings.showwarning = shown
+            for logger, handlers, propagate in saved:
+                logger.handlers = handlers
+                logger.propagate = propagate
+
+
+def show_debug_log() -> None:
+    """Print trainctl's debug log on stderr (TRAINCTL_DEBUG=1)."""
+    import sys
+
+    logger = logging.getLogger(DEBUG_LOGGER)
+    handler = next((h for h in logger.handlers if getattr(h, "_trainctl", False)), None)
+    if handler is None:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("debug: %(message)s"))
+        handler._trainctl = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    handler.setStream(sys.stderr)  # this command's stderr (a test's capture, when run in-process)
+    logger.setLevel(logging.DEBUG)

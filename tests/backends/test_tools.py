@@ -118,3 +118,40 @@ def test_mcp_entries_name_each_tool_once_and_keep_secrets_out(tmp_path, no_proce
     assert by_file["servers_file"] == str(servers_file) and "server_spec" not in by_file
     with pytest.raises(TrainctlError, match="MCP session scope 'process' is not one of shared, trajectory"):
         verl_tools.tool_config({"b": b}, session="process")
+
+
+def test_what_a_ray_job_carries(tmp_path, no_processes):
+    """The job's tool config (issue 30): a servers file's server inline (its env as references only), the built-in
+    calculator and a function file staged in the working dir, this machine's Python replaced by the job's."""
+    import json
+    import sys
+
+    from trainctl.runtime.tools import calculator
+
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"remote": {"command": "npx", "args": ["-y", "srv"],
+                                                             "env": {"TOKEN": "${TOKEN}"}}}}))  # fmt: skip
+    functions = tmp_path / "my_tools.py"
+    functions.write_text("def lookup(word: str) -> str:\n    return word\n")
+    calc = {"command": sys.executable, "args": [calculator.__file__, "--log", "/runs/a/tools/calculator.jsonl"]}
+    document = {
+        "tools": [
+            {"class_name": "x", "config": {"server": "calculator", "server_spec": calc}, "tool_schema": {}},
+            {"class_name": "x", "config": {"server": "remote", "servers_file": str(servers),
+                                           "server_overrides": {"args": ["-y", "srv@2.0"]}}, "tool_schema": {}},
+            {"class_name": "y", "config": {"function": f"{functions}:lookup"}, "tool_schema": {}},
+        ]
+    }  # fmt: skip
+    job, staged = verl_tools.job_document(document, "python")
+    calc_job, remote, function = (e["config"] for e in job["tools"])
+    assert calc_job["server_spec"] == {
+        "command": "python", "args": ["calculator.py", "--log", "/runs/a/tools/calculator.jsonl"]
+    }  # fmt: skip
+    assert remote == {
+        "server": "remote",
+        "server_spec": {"command": "npx", "args": ["-y", "srv@2.0"], "env": {"TOKEN": "${TOKEN}"}},
+    }
+    assert function["function"] == "tool_fn_my_tools.py:lookup"
+    assert staged == {"calculator.py": __import__("pathlib").Path(calculator.__file__).resolve(),
+                      "tool_fn_my_tools.py": functions.resolve()}  # fmt: skip
+    assert document["tools"][0]["config"]["server_spec"]["command"] == sys.executable, "the run's own is untouched"

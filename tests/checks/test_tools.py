@@ -317,3 +317,84 @@ def test_every_mistake_in_a_server_entry_is_found_before_anything_starts(cli, tm
     assert result.exit_code == 1
     assert f"tools.servers.calculator.cwd = '{tmp_path / 'nowhere'}' is not a folder" in text
     assert "tools.servers.calculator.cwd=null" in text
+
+
+# --- a servers file's server changed by tools.servers.NAME (issue 30) -------------------------------------------
+
+
+def test_a_servers_file_server_is_narrowed_and_changed_by_overrides(tool_data, tmp_path, monkeypatch):
+    """The file's entry is the base and the override wins: `tools` narrows what the model gets, `args` and `env`
+    change how the server starts; the run's tools.yaml names the file and carries the changed keys (no values),
+    and a worker applies them to the file's entry again."""
+    from tests.runtime.mcp_fixtures import probe_server_entry
+    from trainctl.checks.tools import probes
+    from trainctl.runtime.mcp_bridge import worker_spec
+
+    monkeypatch.setenv("PROBE_TOKEN", SECRET)
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"probe": probe_server_entry(env={"FILE_ONLY": SECRET})}}))
+    base = [*GRPO, "tools=none", f"tools.servers_file={servers}", "tools.max_tool_response_length=64"]
+    plan = make_plan([*base, "tools.servers.probe.tools=[pid,sleep]"], native=False)
+    assert plan.errors == [] and probes(plan.subject) == []
+    entries = plan.subject.extra["tools"]["document"]["tools"]
+    assert [e["tool_schema"]["function"]["name"] for e in entries] == ["sleep", "pid"], "the server's order"
+    assert {e["config"]["servers_file"] for e in entries} == {str(servers)}
+    assert all("server_overrides" not in e["config"] for e in entries), "only the tools were narrowed"
+
+    # args and env change how it starts: the file's entry with the override applied, here and in a worker
+    from trainctl.config.load import load
+    from trainctl.mcp.specs import file_overrides, server_specs
+
+    script = probe_server_entry()["args"][0]
+    cfg = load([*base, f"tools.servers.probe.args=[-u,{script}]", "tools.servers.probe.env=[PROBE_TOKEN]"]).cfg
+    inline, from_file = server_specs(cfg.tools)
+    assert inline == {} and from_file["probe"].args == ("-u", script)
+    overrides = file_overrides(cfg.tools)["probe"]
+    assert overrides == {"args": ["-u", script], "env": {"PROBE_TOKEN": "${PROBE_TOKEN}"}}, "names, never values"
+    spec = worker_spec({"server": "probe", "servers_file": str(servers), "server_overrides": overrides})
+    assert spec == from_file["probe"]
+    assert dict(spec.env) == {"FILE_ONLY": SECRET, "PROBE_TOKEN": "${PROBE_TOKEN}"}
+
+
+def test_an_override_that_names_no_server_of_the_file_or_breaks_one(cli, tmp_path, no_processes):
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"probe": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}}))
+    result, text = _validate(cli, *GRPO, "tools=none", f"tools.servers_file={servers}", "tools.servers.prob.tools=[x]")
+    assert result.exit_code == 1
+    assert "tools.servers.prob is a stdio server with no command to start it" in text
+    assert "tools.servers_file names 'probe': did you mean 'probe'?" in text
+    result, text = _validate(
+        cli, *GRPO, "tools=none", f"tools.servers_file={servers}", "tools.servers.probe.transport=stdio"
+    )
+    assert result.exit_code == 1
+    assert f"{servers} with tools.servers.probe: server 'probe' has no \"command\" to start it with." in text
+
+
+def test_library_warnings_go_to_the_debug_log(cli, tool_data, tiny_model, tmp_path, monkeypatch):
+    """Schemas longer than the tokenizer's model_max_length made transformers print "Token indices sequence length
+    is longer than the specified maximum ..." through `config validate`: it belongs in the debug log."""
+    import io
+    import logging
+
+    wordy = tmp_path / "wordy.py"
+    wordy.write_text(
+        f'def lookup(word: str) -> str:\n    """{"Look the word up in a very long glossary. " * 10}\n\n'
+        '    Args:\n        word: the word\n    """\n    return word\n'
+    )
+    args = ["config", "validate", *GRPO, "tools=calculator-fn", f"tools.functions=[{wordy}:lookup]"]
+    args += ["data.max_prompt_length=512"]  # the schema's ~300 tokens fit
+    config = tiny_model / "tokenizer_config.json"  # ... but the tokenizer says it takes 256 at most
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 256}))
+    # what transformers' own handlers would print (on the terminal, outside tests)
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        quiet = cli(*args)
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert quiet.exit_code == 0, quiet.output
+    assert "Token indices" not in printed.getvalue() + quiet.output, printed.getvalue()
+    monkeypatch.setenv("TRAINCTL_DEBUG", "1")
+    shown = cli(*args)
+    assert "debug: transformers" in shown.stderr and "Token indices sequence length" in shown.stderr

@@ -37,6 +37,7 @@ def test_the_command_tree_is_the_documented_one():
     assert {"train", "config show", "data prep", "data convert", "data check", "data ls", "jobs ls"} <= names
     assert {"model pull", "model ls", "model info", "model init", "model rm"} <= names
     assert {"ckpt ls", "ckpt show", "ckpt merge", "ckpt best", "ckpt prune"} <= names
+    assert {"tools ls", "tools call", "runs rollouts"} <= names
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainctl")

@@ -10,6 +10,7 @@ one never writes a tool call); the data is `trainctl data prep arith-tools`. The
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -91,3 +92,38 @@ def _json(text: str):
         return json.loads(text)
     except ValueError:
         return None
+
+
+def test_the_agent_runs_trajectories_as_turns_and_its_tool_environment(agent_ppo_run, cli):
+    """rollouts/N.jsonl keeps verl's flattened text and adds each trajectory's turns (issue 30): the calculator's
+    answers in the tool turns are the server's own; `runs rollouts` shows them; lock.json names the server."""
+    run = agent_ppo_run.path
+    executed = [json.loads(line) for line in (run / "tools" / "calculator.jsonl").read_text().splitlines()]
+    answers = {c["expression"]: c.get("result") for c in executed}
+    rows = [json.loads(line) for line in (run / "rollouts" / "1.jsonl").read_text().splitlines()]
+    assert all({"input", "output", "score", "step", "uid"} <= set(r) for r in rows), "verl's fields stay"
+    with_turns = [r for r in rows if r.get("turns")]
+    assert len(with_turns) == len(rows), "every trajectory of the step has its turns"
+    verified = 0
+    for row in with_turns:
+        turns = row["turns"]
+        assert turns[0]["role"] == "user" and turns[-1]["role"] == "assistant", turns
+        for call_turn, answer in itertools.pairwise(turns):
+            for call in call_turn.get("tool_calls") or []:
+                expression = (call.get("arguments") or {}).get("expression") if isinstance(call, dict) else None
+                if answer["role"] == "tool" and answers.get(expression) is not None:
+                    assert answer["content"] == answers[expression], (call, answer)
+                    verified += 1
+    assert verified >= 4, f"only {verified} tool turns matched the server's log"
+
+    shown = cli("runs", "rollouts", str(run), "--step", "1", "--best", "-n", "2")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith(f"step 1: {len(rows)} trajectories in all, best first; showing 2")
+    assert "  user: " in shown.stdout and "  assistant -> calculator(expression=" in shown.stdout
+    assert "  tool <- " in shown.stdout
+    best = max(r["score"] for r in rows)
+    assert f"· reward {best:g} ·" in shown.stdout.splitlines()[2]
+
+    lock = json.loads((run / "lock.json").read_text())["tools"]["servers"]["calculator"]
+    assert lock["server_info"]["name"] == "calculator" and lock["tools"] == ["calculator"]
+    assert lock["package"]["name"] == "trainctl" and str(run / "tools" / "calculator.jsonl") in lock["command"]

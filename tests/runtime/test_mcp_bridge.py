@@ -258,3 +258,89 @@ def test_stdio_servers_stop_with_the_process_that_started_them(tmp_path, how):
         for pipe in (child.stdin, child.stdout):
             if pipe:
                 pipe.close()
+
+
+# --- a server that dies mid-run (issue 26) ---------------------------------------------------------------------
+
+
+def _entries(servers, log_dir, **kwargs) -> dict:
+    return {e["config"]["mcp_tool"]: e for e in tool_config(discover(servers), call_log_dir=log_dir, **kwargs)["tools"]}
+
+
+def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path):
+    """The call in flight gets an error result, the next call starts the server again, the call log marks that
+    call and the step's metrics count it."""
+    from trainctl.runtime.tool_metrics import call_metrics
+
+    tag = uuid.uuid4().hex
+    entries = _entries(_servers(testing=probe_server_entry("--tag", tag)), tmp_path, timeout=20.0)
+    tools = {name: _tool(e["config"], e["tool_schema"]) for name, e in entries.items()}
+
+    async def scenario():
+        first = int((await _execute(tools["pid"], {}))[0].text)
+        in_flight = asyncio.ensure_future(_execute(tools["sleep"], {"seconds": 15}))
+        await asyncio.sleep(0.5)
+        os.kill(first, signal.SIGKILL)
+        start = time.perf_counter()
+        killed = await in_flight
+        waited = time.perf_counter() - start
+        again = await _execute(tools["pid"], {})
+        return first, killed, waited, again
+
+    first, killed, waited, again = asyncio.run(scenario())
+    assert killed[0].text.startswith("Error: MCP server 'testing' went away during the call"), killed[0].text
+    assert waited < 5, "the call in flight is answered when the server dies, not at its timeout"
+    assert int(again[0].text) != first and again[2]["tool_error"] == 0
+    log = read_call_logs(tmp_path)
+    assert [(r["tool"], r["error"], r.get("server_restart", False)) for r in log] == [
+        ("pid", False, False),
+        ("sleep", True, False),
+        ("pid", False, True),
+    ]
+    assert call_metrics(log, 1)["tool/server_restarts"] == 1.0
+    assert mb.bridge().restarts.get("testing", 0) >= 1
+    asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
+    assert not wait_gone(tag)
+
+
+def test_an_sse_server_stopped_and_started_again_is_reconnected_after_a_pause(tmp_path, monkeypatch):
+    from tests.runtime.mcp_fixtures import TEST_SERVER
+
+    monkeypatch.setattr(mb, "RETRY_FIRST_S", 0.5)
+    port = free_port()
+    argv = [sys.executable, str(TEST_SERVER), "--transport", "sse", "--port", str(port)]
+    servers = _servers(testing={"type": "sse", "url": f"http://127.0.0.1:{port}/sse"})
+    with http_server(argv, port) as proc:
+        entries = _entries(servers, tmp_path, timeout=20.0, connect_timeout=5.0)
+        tools = {name: _tool(e["config"], e["tool_schema"]) for name, e in entries.items()}
+
+        async def until_stopped():
+            before = (await _execute(tools["pid"], {}))[0].text
+            in_flight = asyncio.ensure_future(_execute(tools["sleep"], {"seconds": 15}))
+            await asyncio.sleep(0.5)
+            proc.kill()
+            killed = await in_flight
+            return before, killed, await _execute(tools["pid"], {}), await _execute(tools["pid"], {})
+
+        before, killed, down, paused = asyncio.run(until_stopped())
+        assert int(before) == proc.pid
+    assert killed[0].text.startswith("Error: MCP server 'testing' went away during the call"), killed[0].text
+    assert down[0].text.startswith("Error: MCP server 'testing' is unavailable: nothing answers at"), down[0].text
+    assert paused[0].text.startswith("Error: MCP server 'testing' is unavailable (nothing answers at"), paused[0].text
+    assert "the next try to reach it is in" in paused[0].text, "no connection attempt while it pauses"
+
+    with http_server(argv, port) as proc:  # the same port again
+
+        async def after_restart():
+            deadline = time.monotonic() + 15
+            while True:
+                answer = await _execute(tools["pid"], {})
+                if not answer[0].text.startswith("Error:") or time.monotonic() > deadline:
+                    return answer
+                await asyncio.sleep(0.25)
+
+        back = asyncio.run(after_restart())
+        assert back[0].text == str(proc.pid), back[0].text
+    log = read_call_logs(tmp_path)
+    assert [r.get("server_restart", False) for r in log].count(True) == 1 and log[-1]["server_restart"] is True
+    asyncio.run(mb.bridge().acall(mb.bridge().close_all()))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainctl.errors import TrainctlError
 from trainctl.mcp.schemas import openai_tool_schema
-from trainctl.mcp.specs import allowed_tools, is_reference
+from trainctl.mcp.specs import allowed_tools, file_overrides, is_reference
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Tools
@@ -78,10 +78,12 @@ def tool_config(
     session: str = "shared",
     call_log_dir: str | Path | None = None,
     prefix_names: bool = False,
+    overrides: dict[str, dict] | None = None,
 ) -> dict:
     """The MCP part of the document for `multi_turn.tool_config_path`: one entry per tool of every discovered server.
 
-    With `servers_file`, each entry names its server in that file (env stays in the user's file); without it the
+    With `servers_file`, each entry names its server in that file (env stays in the user's file), with the keys
+    tools.servers.NAME changes (`overrides`, no values: env as ${NAME} references); without it the
     checked server entry is written inline, which is refused when an env or header value is a literal (a possible
     secret) instead of a `${VAR}` reference. Timeouts: the bridge's defaults unless given."""
     from trainctl.mcp.connection import DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT
@@ -98,6 +100,8 @@ def tool_config(
         where: dict[str, Any]
         if servers_file is not None:
             where = {"servers_file": str(Path(servers_file).expanduser().resolve())}
+            if (overrides or {}).get(name):
+                where["server_overrides"] = overrides[name]
         else:
             literal = [k for k, v in (*spec.env, *spec.headers) if not is_reference(v)]
             if literal:
@@ -111,9 +115,11 @@ def tool_config(
         for tool in found.tools:
             exposed = f"{name}__{tool.name}" if prefix_names else tool.name
             if exposed in owner:
+                others = [t.name for t in found.tools if t.name != tool.name]
                 raise TrainctlError(
                     f"MCP tool name {exposed!r} is listed by both server {owner[exposed]!r} and server {name!r}.",
-                    hint="tool names must be unique across servers: drop one server, or prefix names with the server",
+                    hint="tool names must be unique across servers: leave it to one of them, e.g. "
+                    f"'tools.servers.{name}.tools=[{','.join(others)}]'",
                 )
             owner[exposed] = name
             config = {
@@ -170,7 +176,9 @@ def tool_config_document(
     if inline:
         entries += tool_config(narrowed(inline), **common)["tools"]
     if from_file:
-        entries += tool_config(narrowed(from_file), servers_file=tools.servers_file, **common)["tools"]
+        entries += tool_config(
+            narrowed(from_file), servers_file=tools.servers_file, overrides=file_overrides(tools), **common
+        )["tools"]
     for spec, schema in functions.items():
         entries.append(function_entry(spec, schema, tools.call_timeout_s, calls))
     seen: dict[str, str] = {}
@@ -180,10 +188,26 @@ def tool_config_document(
         if name in seen:
             raise TrainctlError(
                 f"tool name {name!r} is given by both {seen[name]!r} and {source!r}.",
-                hint="tool names must be unique: drop one, or narrow a server's tools (tools.servers.NAME.tools)",
+                hint="tool names must be unique: " + _leave_one(entries, name),
             )
         seen[name] = source
     return {"tools": entries}
+
+
+def _leave_one(entries: list[dict], name: str) -> str:
+    """A runnable override that gives a duplicated tool name to one source only."""
+    servers = [e["config"]["server"] for e in entries if e["config"].get("server") and _name(e) == name]
+    if servers:
+        server = servers[-1]
+        rest = [e["config"]["mcp_tool"] for e in entries if e["config"].get("server") == server and _name(e) != name]
+        return f"leave it to one of them, e.g. 'tools.servers.{server}.tools=[{','.join(rest)}]'"
+    functions = [e["config"]["function"] for e in entries if "function" in e["config"] and _name(e) != name]
+    first = next(e["config"]["function"] for e in entries if "function" in e["config"] and _name(e) == name)
+    return f"leave it to one of them, e.g. 'tools.functions=[{','.join([first, *functions])}]'"
+
+
+def _name(entry: dict) -> str:
+    return entry["tool_schema"]["function"]["name"]
 
 
 def write_tool_config(path: str | Path, document: dict) -> Path:
@@ -196,3 +220,57 @@ def write_tool_config(path: str | Path, document: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+# -- the tool config a Ray job carries ---------------------------------------------------------------------------
+
+
+def job_document(document: dict, job_python: str) -> tuple[dict, dict[str, Path]]:
+    """The run's tool config as a Ray job reads it in its working dir on the cluster's nodes, and the files to
+    stage beside it (name in the working dir -> file here).
+
+    - a server of an mcpServers file is written inline (the file is not on the nodes; the plan refused literal env
+      and header values for a job, so its env holds `${VAR}` references, read from the nodes' environment);
+    - a stdio server started with this machine's Python starts with the job's (`job_python`), and a server file
+      trainctl ships (the calculator) is staged and started from the working dir (the workers' working folder);
+    - a function tool given as a file is staged, and named by its staged file.
+    Run-folder paths (call logs, the calculator's log) stay as they are, as every other path of the run."""
+    import copy
+    import sys
+
+    from trainctl.mcp.specs import apply_override, load_servers
+    from trainctl.runtime import tools as builtin
+
+    builtin_dir = Path(builtin.__file__).resolve().parent
+    out = copy.deepcopy(document)
+    staged: dict[str, Path] = {}
+    for entry in out["tools"]:
+        config = entry["config"]
+        if config.get("servers_file"):
+            spec = load_servers(config["servers_file"])[config["server"]]
+            spec = apply_override(spec, dict(config.get("server_overrides") or {}), config["servers_file"])
+            config.pop("servers_file")
+            config.pop("server_overrides", None)
+            config["server_spec"] = spec.to_json()
+        server = config.get("server_spec")
+        if server and server.get("command"):
+            if server["command"] == sys.executable:
+                server["command"] = job_python
+            args = []
+            for arg in server.get("args") or []:
+                path = Path(arg)
+                if path.is_absolute() and path.parent == builtin_dir and path.suffix == ".py":
+                    staged[path.name] = path
+                    arg = path.name
+                args.append(arg)
+            server["args"] = args
+        if config.get("function"):
+            from trainctl.runtime.python_tool import is_file, split_spec
+
+            where, name = split_spec(config["function"])
+            if is_file(where):
+                source = Path(where).expanduser().resolve()
+                staged_name = f"tool_fn_{source.stem}.py"
+                staged[staged_name] = source
+                config["function"] = f"{staged_name}:{name}"
+    return out, staged

@@ -169,8 +169,10 @@ class VerlPPO(_Verl):
         return verl_defaults("ppo_trainer", _overrides(group_choices))
 
     def translate(self, cfg: Config, comp: Composition) -> list[tuple[dict, str]]:
-        """The reward kind's keys (how verl scores responses: trainctl.backends.rewards) and the tools section's
-        (multi_turn, the agent loop, the trajectory dump: trainctl.backends.tools)."""
+        """The reward kind's keys (how verl scores responses: trainctl.backends.rewards), the tools section's
+        (multi_turn, the agent loop, the trajectory dump: trainctl.backends.tools), and no CPU count for a Ray that
+        main_ppo joins (a cluster, or a job's): ray.init() refuses num_cpus there ("When connecting to an existing
+        cluster, num_cpus and num_gpus must not be provided")."""
         from trainctl.backends.rewards import kind_of
         from trainctl.backends.tools import verl_keys as tool_keys
 
@@ -185,6 +187,8 @@ class VerlPPO(_Verl):
             for path, value in tools.items():
                 set_path(tree, path, value)
             out.append((tree, f"tools={cfg.tools.name} (trainctl.backends.tools)"))
+        if launchers.get(cfg.hardware.launcher).ray != "own":
+            out.append(({"ray_kwargs": {"ray_init": {"num_cpus": None}}}, f"hardware.launcher={cfg.hardware.launcher}"))
         return out
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:

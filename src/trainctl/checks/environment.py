@@ -60,8 +60,27 @@ def job_secrets(cfg: Config) -> dict[str, str]:
     for server, spec in (cfg.tools.servers or {}).items() if cfg.family == "ppo" else ():
         for name in spec.env:
             out.setdefault(name, f"MCP server {server}")
+    if cfg.family == "ppo" and cfg.tools.servers_file:
+        out.update({k: v for k, v in _referenced(cfg.tools.servers_file).items() if k not in out})
     if os.environ.get("HF_TOKEN"):
         out.setdefault("HF_TOKEN", "the hub (set here)")
+    return out
+
+
+def _referenced(servers_file: str) -> dict[str, str]:
+    """The variables an mcpServers file's env and headers refer to (`${VAR}`), by the server that reads them."""
+    import contextlib
+    import re
+
+    from trainctl.errors import TrainctlError
+    from trainctl.mcp.specs import load_servers
+
+    out: dict[str, str] = {}
+    with contextlib.suppress(TrainctlError):
+        for name, spec in load_servers(servers_file).items():
+            for _, value in (*spec.env, *spec.headers):
+                for var in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value):
+                    out.setdefault(var, f"MCP server {name}")
     return out
 
 

@@ -19,9 +19,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl import launchers
 from trainctl.backends import tools as verl_tools
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
-from trainctl.mcp.specs import allowed_tools, server_specs, spec_problems
+from trainctl.mcp.specs import allowed_tools, inline_transport, server_specs, spec_problems
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
@@ -47,48 +48,69 @@ def checks(s: Subject) -> list[Problem]:
             )
         ]
     problems = [*_servers(s), *_functions(s), *_format(s), *_budgets(s), *_data(s)]
-    if s.cfg.hardware.launcher == "ray_job":
-        problems.append(
-            Problem(
-                f"tools={t.name} with hardware.launcher=ray_job: the run's tool config is written on this machine and "
-                "is not shipped with a Ray job yet.",
-                key="hardware.launcher",
-                hint="run on the cluster's head node with hardware.launcher=ray_cluster, or locally",
-            )
-        )
+    if launchers.get(s.cfg.hardware.launcher).ray == "inside":
+        problems += _job_secrets(s)
+    return problems
+
+
+def _job_secrets(s: Subject) -> list[Problem]:
+    """A Ray job carries its tool config to the cluster (trainctl.backends.tools.job_document): a servers file's
+    env or header value written out (not a `${VAR}` reference) would go with it."""
+    from trainctl.mcp.specs import is_reference
+
+    t = s.cfg.tools
+    try:
+        _, from_file = server_specs(t)
+    except TrainctlError:
+        return []  # reported by _servers
+    problems = []
+    for name, spec in from_file.items():
+        for what, pairs in (("env", spec.env), ("headers", spec.headers)):
+            literal = [k for k, v in pairs if not is_reference(v)]
+            if literal:
+                problems.append(
+                    Problem(
+                        f"{t.servers_file}: server {name!r} gives {what} {', '.join(literal)} as values, and a Ray job "
+                        "carries its tool config to the cluster: the values would go with it.",
+                        key="tools.servers_file",
+                        hint=f'write them as references, "{literal[0]}": "${{{literal[0]}}}", and set '
+                        f"{literal[0]} in the cluster nodes' environment (trainctl doctor hardware=... checks it)",
+                    )
+                )
     return problems
 
 
 def _servers(s: Subject) -> list[Problem]:
     t = s.cfg.tools
-    problems = []
+    problems: list[Problem] = []
+    in_file: set[str] = set()
+    if t.servers_file:
+        try:
+            _, from_file = server_specs(t)
+        except ConfigProblems as e:
+            problems += [_in_file(p, t.servers_file) for p in e.problems]
+            in_file = _file_names(t.servers_file)
+        except TrainctlError as e:
+            problems.append(Problem(e.message, key="tools.servers_file", details=e.details, hint=e.hint))
+        else:
+            in_file = set(from_file)
+            for name, spec in from_file.items():
+                problems += [
+                    Problem(
+                        f"{t.servers_file}: server {name!r}: {found.message}.",
+                        key="tools.servers_file",
+                        details=[f"in mcpServers.{name}.{found.field}"],
+                        hint=found.hint,
+                    )
+                    for found in spec_problems(spec)
+                    # env names added by tools.servers.NAME.env are reported there
+                    if found.field.removeprefix("env.") not in (t.servers[name].env if name in t.servers else ())
+                ]
     for name, server in t.servers.items():
         key = f"tools.servers.{name}"
-        if server.transport == "stdio" and not server.command:
-            problems.append(
-                Problem(
-                    f"{key} is a stdio server with no command to start it.",
-                    key=f"{key}.command",
-                    hint=f"{key}.command=python '{key}.args=[server.py]', or {key}.transport=sse {key}.url=http://...",
-                )
-            )
-        if server.transport != "stdio" and not re.match(r"^https?://", server.url or ""):
-            problems.append(
-                Problem(
-                    f"{key} is a {server.transport} server without an http(s) url (url = {server.url!r}).",
-                    key=f"{key}.url",
-                    hint=f"{key}.url=http://127.0.0.1:8001/{'sse' if server.transport == 'sse' else 'mcp'}",
-                )
-            )
-        if server.transport != "stdio" and (server.command or server.args):
-            problems.append(
-                Problem(
-                    f"{key} has a command, but transport={server.transport} servers are reached at their url, "
-                    "not started by the run.",
-                    key=f"{key}.transport",
-                    hint=f"{key}.transport=stdio, or drop {key}.command",
-                )
-            )
+        # a servers file's server with keys changed here: the merged entry was checked with the file's
+        if name not in in_file:
+            problems += _inline_server(key, server, sorted(in_file) if t.servers_file else None)
         for var in server.env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
                 shown = var.split("=", 1)[0] + "=***" if "=" in var else var  # NAME=value: never echo the value
@@ -109,40 +131,66 @@ def _servers(s: Subject) -> list[Problem]:
                         hint=f"export {var}=... before trainctl train",
                     )
                 )
-        if server.transport == "stdio" and server.cwd and not Path(server.cwd).expanduser().is_dir():
-            problems.append(
-                Problem(
-                    f"{key}.cwd = {server.cwd!r} is not a folder: the server could not be started in it.",
-                    key=f"{key}.cwd",
-                    hint=f"give an existing folder, or {key}.cwd=null (the run's folder)",
-                )
+    return problems
+
+
+def _file_names(path: str) -> set[str]:
+    """The server names of an mcpServers file that may not parse as a whole (for telling overrides apart)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        return set(data["mcpServers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _inline_server(key: str, server, file_names: list[str] | None) -> list[Problem]:
+    """A server tools.servers defines by itself (no servers file names it)."""
+    problems = []
+    transport = inline_transport(server)
+    if transport == "stdio" and not server.command:
+        details = []
+        if file_names is not None:
+            name = key.rsplit(".", 1)[-1]
+            guess = closest(name, file_names)
+            details.append(
+                f"tools.servers_file names {', '.join(map(repr, file_names)) or 'no server'}"
+                + (f": did you mean {guess[0]!r}?" if guess else f", not {name!r}")
             )
-    if t.servers_file:
-        try:
-            _, from_file = server_specs(t)
-        except ConfigProblems as e:
-            problems += [_in_file(p, t.servers_file) for p in e.problems]
-        except TrainctlError as e:
-            problems.append(Problem(e.message, key="tools.servers_file", details=e.details, hint=e.hint))
-        else:
-            for name, spec in from_file.items():
-                problems += [
-                    Problem(
-                        f"{t.servers_file}: server {name!r}: {found.message}.",
-                        key="tools.servers_file",
-                        details=[f"in mcpServers.{name}.{found.field}"],
-                        hint=found.hint,
-                    )
-                    for found in spec_problems(spec)
-                ]
-            for name in set(from_file) & set(t.servers):
-                problems.append(
-                    Problem(
-                        f"MCP server {name!r} is in both tools.servers and {t.servers_file}.",
-                        key=f"tools.servers.{name}",
-                        hint="rename one of them",
-                    )
-                )
+        problems.append(
+            Problem(
+                f"{key} is a stdio server with no command to start it.",
+                key=f"{key}.command",
+                details=details,
+                hint=f"{key}.command=python '{key}.args=[server.py]', or {key}.transport=sse {key}.url=http://...",
+            )
+        )
+    if transport != "stdio" and not re.match(r"^https?://", server.url or ""):
+        problems.append(
+            Problem(
+                f"{key} is a {server.transport} server without an http(s) url (url = {server.url!r}).",
+                key=f"{key}.url",
+                hint=f"{key}.url=http://127.0.0.1:8001/{'sse' if transport == 'sse' else 'mcp'}",
+            )
+        )
+    if transport != "stdio" and (server.command or server.args):
+        problems.append(
+            Problem(
+                f"{key} has a command, but transport={server.transport} servers are reached at their url, "
+                "not started by the run.",
+                key=f"{key}.transport",
+                hint=f"{key}.transport=stdio, or drop {key}.command",
+            )
+        )
+    if transport == "stdio" and server.cwd and not Path(server.cwd).expanduser().is_dir():
+        problems.append(
+            Problem(
+                f"{key}.cwd = {server.cwd!r} is not a folder: the server could not be started in it.",
+                key=f"{key}.cwd",
+                hint=f"give an existing folder, or {key}.cwd=null (the run's folder)",
+            )
+        )
     return problems
 
 
@@ -283,6 +331,13 @@ def _data(s: Subject) -> list[Problem]:
 
 
 def probes(s: Subject) -> list[Problem]:
+    from trainctl.silence import library_logs
+
+    with library_logs():  # the tokenizer's and the MCP SDK's own warnings go to the debug log
+        return _probes(s)
+
+
+def _probes(s: Subject) -> list[Problem]:
     t = s.cfg.tools
     if not verl_tools.enabled(t) or s.cfg.family != "ppo":
         return []
@@ -325,11 +380,14 @@ def probes(s: Subject) -> list[Problem]:
         return [Problem(e.message, key="tools", hint=e.hint)]
     schemas = [entry["tool_schema"] for entry in document["tools"]]
     if not schemas:
+        listed = {name: [tool.name for tool in d.tools] for name, d in {**inline, **from_file}.items() if d.tools}
+        allow = [f"'tools.servers.{name}.tools=[{','.join(tools)}]'" for name, tools in listed.items()]
         return [
             Problem(
                 f"tools={t.name} leaves the model no tool: the servers list none that are allowed.",
                 key="tools",
-                hint="check tools.servers.NAME.tools against `trainctl config validate` output, or tools=none",
+                details=[f"MCP server {name!r} lists: {', '.join(tools)}" for name, tools in listed.items()],
+                hint=(" ".join(allow) if allow else "give a server that lists tools") + ", or tools=none",
             )
         ]
     names = {sch["function"]["name"] for sch in schemas}
@@ -345,7 +403,7 @@ def probes(s: Subject) -> list[Problem]:
                     hint="add the server or function that provides them, or prepare the data for these tools",
                 )
             )
-    s.extra["tools"] = {"document": document}
+    s.extra["tools"] = {"document": document, "servers": {**inline, **from_file}, "functions": functions}
     problems += _model(s, schemas)
     return problems
 
@@ -394,21 +452,24 @@ def _model(s: Subject, schemas: list[dict]) -> list[Problem]:
             )
             for reason in found
         ]
-    question = [{"role": "user", "content": ""}]
+    from trainctl.models.tool_template import schema_tokens
 
-    def tokens(**kwargs) -> int:
-        text = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True, **kwargs)
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    overhead, limit = tokens(tools=schemas) - tokens(), s.cfg.data.max_prompt_length
+    overhead, limit = schema_tokens(tokenizer, schemas), s.cfg.data.max_prompt_length
     if overhead >= limit:
+        from trainctl.toolenv.servers import narrowing
+
+        offered = [
+            (e["config"].get("server"), e["config"].get("mcp_tool") or e["config"]["function"], e["tool_schema"])
+            for e in s.extra["tools"]["document"]["tools"]
+        ]
+        narrower = narrowing(offered, lambda some: schema_tokens(tokenizer, some), limit // 2)
         return [
             Problem(
                 f"the tool schemas take {overhead} tokens of every prompt, and data.max_prompt_length = {limit} "
                 "leaves no room for the question.",
                 key="data.max_prompt_length",
-                hint=f"data.max_prompt_length={_round_up(overhead + limit)}, or allow fewer tools "
-                "(tools.servers.NAME.tools=[...])",
+                hint=f"data.max_prompt_length={_round_up(overhead + limit)}"
+                + (f", or allow fewer tools: {narrower}" if narrower else ""),
             )
         ]
     s.extra["tool_prompt_tokens"] = overhead

@@ -13,6 +13,7 @@ from trainctl.cli import data as data_cmd
 from trainctl.cli import jobs as jobs_cmd
 from trainctl.cli import model as model_cmd
 from trainctl.cli import runs as runs_cmd
+from trainctl.cli import tools as tools_cmd
 from trainctl.cli.common import OVERRIDE_CONTEXT
 from trainctl.cli.doctor import doctor
 from trainctl.cli.eval import EPILOG as EVAL_EPILOG
@@ -38,6 +39,7 @@ app.add_typer(model_cmd.app, name="model")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(ckpt_cmd.app, name="ckpt")
 app.add_typer(runs_cmd.app, name="runs")
+app.add_typer(tools_cmd.app, name="tools")
 app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
 
+    if debug():
+        from trainctl.silence import show_debug_log
+
+        show_debug_log()  # library warnings trainctl routes there (trainctl.silence.library_logs)
     try:
         app(args=argv, prog_name="trainctl")
     except TrainctlError as e:

@@ -20,6 +20,7 @@ Examples:
   trainctl runs stop quickstart                     stop a run started elsewhere (or detached)
   trainctl runs compare runs/a runs/b               the config keys that differ, metrics side by side
   trainctl runs plot runs/a runs/b -m train/loss -o loss.png
+  trainctl runs rollouts agent --worst          an agent run's trajectories, turn by turn
 """,
 )
 
@@ -152,6 +153,80 @@ def logs(
     from trainctl.runs.status import find_run
 
     sys.stdout.write(run_logs(find_run(run), attempt))
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
+  trainctl runs rollouts agent                  the last step's trajectories, turn by turn
+  trainctl runs rollouts agent --step 2 --worst -n 3
+  trainctl runs rollouts runs/agent --errors    trajectories with a tool call that failed
+""",
+)
+def rollouts(
+    run: _Run,
+    step: Annotated[int | None, typer.Option("--step", help="which step (default: the last dumped)")] = None,
+    best: Annotated[bool, typer.Option("--best", help="the highest rewards first")] = False,
+    worst: Annotated[bool, typer.Option("--worst", help="the lowest rewards first")] = False,
+    errors: Annotated[bool, typer.Option("--errors", help="only trajectories with a tool call that failed")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="how many to show (0: all)", min=0)] = 5,
+) -> None:
+    """A run's trajectories as turns: the question, each assistant turn with its tool calls and their arguments,
+    each tool result, and the reward (from rollouts/N.jsonl, which runs with tools write every step).
+
+    Exit codes: 0 shown (also when none matches), 1 no such run, step or dump."""
+    from trainctl.errors import UsageError
+    from trainctl.runs.rollouts import read_step, select
+    from trainctl.runs.status import find_run
+
+    if best and worst:
+        raise UsageError("--best and --worst exclude each other.", hint="choose one")
+    path = find_run(run)
+    found = read_step(path, step)
+    chosen = select(found, best, worst, errors)
+    shown = chosen[:limit] if limit else chosen
+    what = "with a failed tool call" if errors else "in all"
+    order = ", best first" if best else ", worst first" if worst else ""
+    typer.echo(
+        f"step {found[0].step if found else step}: {len(chosen)} trajectories {what}{order}; showing {len(shown)}"
+    )
+    for t in shown:
+        _trajectory(t)
+
+
+def _trajectory(t) -> None:
+    from trainctl.runs.rollouts import call_text
+
+    say = typer.echo
+    reward = "-" if t.score is None else f"{t.score:g}"
+    calls = f" · {t.tool_calls} tool call{'s' if t.tool_calls != 1 else ''}" if t.turns else ""
+    errors = f", {t.tool_errors} failed" if t.tool_errors else ""
+    say("")
+    say(f"#{t.index} · reward {reward}{calls}{errors}" + (f" · {t.uid}" if t.uid else ""))
+    if not t.turns:
+        say(f"  prompt:   {_indent(t.prompt)}")
+        say(f"  response: {_indent(t.response)}")
+        return
+    for turn in t.turns:
+        role, content = turn.get("role"), str(turn.get("content") or "")
+        if role == "system":
+            continue
+        if role == "assistant":
+            if content:
+                say(f"  assistant: {_indent(content)}")
+            for call in turn.get("tool_calls") or []:
+                say(f"  assistant -> {call_text(call)}")
+        elif role == "tool":
+            say(f"  tool <- {_indent(content)}")
+        else:
+            say(f"  {role}: {_indent(content)}")
+    if t.ground_truth is not None:
+        say(f"  expected: {t.ground_truth}")
+
+
+def _indent(text: str) -> str:
+    return text.strip().replace("\n", "\n             ")
 
 
 def _follow(path: Path) -> None:

@@ -183,14 +183,17 @@ class Reward:
 
 @dataclass
 class ToolServer:
-    """One MCP server, as in an mcpServers file; its key under tools.servers is its name."""
+    """One MCP server, as in an mcpServers file; its key under tools.servers is its name.
 
-    transport: Literal["stdio", "sse", "http"] = opt(
-        "stdio (the run starts `command` and talks over its stdin/stdout), sse or http (streamable HTTP): reach `url`",
-        "stdio",
+    A server that tools.servers_file also names takes the file's entry as its base: the keys set here win (null:
+    the file's), env names are added to the file's env, and `tools` narrows its tools."""
+
+    transport: Literal["stdio", "sse", "http"] | None = opt(
+        "stdio (the run starts `command` and talks over its stdin/stdout), sse or http (streamable HTTP): reach "
+        "`url`; null: stdio with a command, sse for a url ending in /sse, http for another url"
     )
     command: str | None = opt("stdio: the program that starts the server, e.g. python or npx")
-    args: list[str] = opt("stdio: its arguments", [])
+    args: list[str] | None = opt("stdio: its arguments (null: none, or the servers file's)")
     cwd: str | None = opt("stdio: the folder it starts in (null: the run's)")
     url: str | None = opt("sse/http: where it answers, e.g. http://127.0.0.1:8001/sse or http://127.0.0.1:8001/mcp")
     env: list[str] = opt(
@@ -208,7 +211,8 @@ class Tools:
     name: str = doc("the tools option's name")
     servers: dict[str, ToolServer] = opt("MCP servers by name (tools.servers.NAME.command=...)", {})
     servers_file: str | None = opt(
-        "an mcpServers JSON file (Claude Desktop / MCP Inspector format): its servers are added to tools.servers"
+        "an mcpServers JSON file (Claude Desktop / MCP Inspector format): its servers are added to tools.servers "
+        "(tools.servers.NAME.KEY=... changes the file's server NAME)"
     )
     functions: list[str] = opt(
         "Python function tools: path/to/file.py:function or package.module:function (schema from the signature "

@@ -276,6 +276,8 @@ def launch(
             f"run.name={plan.cfg.run.name}-2",
         )
     preflight(plan)
+    for text in tools.before_launch(plan, run.path, resume):  # the tokenization preflight; the tool servers' record
+        note(text)
     if resume:
         repaired = repair_marker(Path(plan.value("trainer.default_local_dir") or run.checkpoints))
         if repaired:
@@ -328,16 +330,18 @@ def launch(
 
 
 def _job_parts(plan: Plan, run: RunDir, job: Job) -> None:
-    """What a Ray job carries: its entrypoint (the config read from the job's working dir), the backend config as
-    its only staged file, and the run's environment additions with no secret but those hardware.forward_secrets
-    names (Ray shows a job's env_vars to every token holder)."""
+    """What a Ray job carries: its entrypoint (the config read from the job's working dir), the backend config
+    staged (and for tools, the job's tools.yaml and the files it names), and the run's environment additions with
+    no secret but those hardware.forward_secrets names (Ray shows a job's env_vars to every token holder)."""
     import shlex
 
     config_file = plan.backend.config_file
     # the job's working dir holds the backend config; the shell expands $(pwd) there (Hydra wants an absolute path)
     job_command = plan.backend.command(plan.cfg, plan.built, config_dir=JOB_CONFIG_DIR)
-    job.entrypoint = shlex.join(job_command.argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
-    job.staged = {config_file: run.path / config_file}
+    tool_files, tool_overrides = tools.job_parts(plan, JOB_CONFIG_DIR)  # tools.yaml and what it names, issue 30
+    argv = [*job_command.argv, *tool_overrides]
+    job.entrypoint = shlex.join(argv).replace(JOB_CONFIG_DIR, '"$(pwd)"')  # '@' needs no shell quoting
+    job.staged = {config_file: run.path / config_file, **tool_files}
     job.job_env = job_env(job.added_env, job.env, plan.cfg.hardware.forward_secrets)
     job.address = str(plan.cfg.hardware.ray_address)
 

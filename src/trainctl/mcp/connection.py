@@ -31,6 +31,8 @@ class Connection:
         self.stderr = stderr
         self.client = None
         self.broken: str | None = None
+        # set by the worker-side bridge on a connection that replaced one that went away, until a call reports it
+        self.restart_unreported = False
         self._closing: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -106,6 +108,13 @@ class Connection:
     def alive(self) -> bool:
         return self.client is not None and self.broken is None and self._task is not None and not self._task.done()
 
+    def server_info(self) -> dict | None:
+        """{"name", "version"} as the server gave them in MCP's initialize (None: not connected, or not given)."""
+        info = getattr(self.client, "server_info", None) if self.client is not None else None
+        if info is None:
+            return None
+        return {"name": getattr(info, "name", None), "version": getattr(info, "version", None)}
+
     async def list_tools(self, timeout: float) -> list:
         tools, cursor = [], None
         async with asyncio.timeout(timeout):
@@ -174,6 +183,17 @@ def explain(exc: BaseException, spec: ServerSpec | None = None) -> str:
     if error_code(leaf) == CONNECTION_CLOSED:
         return "the server closed the connection (it exited or crashed)"
     return f"{name}: {text}" if text else name
+
+
+def call_failure(exc: BaseException, spec: ServerSpec, tool: str, timeout: float, alive: bool) -> tuple[str, bool]:
+    """Why a call gave no result, in a sentence the model reads, and whether the server went away with it (the
+    connection must then be opened again)."""
+    code = error_code(exc)
+    if code == REQUEST_TIMEOUT:  # the SDK also told the server to cancel it
+        return f"the call to {tool!r} timed out after {timeout:g} s", False
+    if not alive or code == CONNECTION_CLOSED:
+        return f"MCP server {spec.name!r} went away during the call: {explain(exc, spec)}", True
+    return f"the call to {tool!r} failed: {explain(exc, spec)}", False
 
 
 def scrub(text: str, secrets: list[str]) -> str:

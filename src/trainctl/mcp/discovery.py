@@ -1,4 +1,5 @@
-"""Discovery (plan time): connect to each server once, list its tools, disconnect; report what cannot be reached.
+"""Discovery (plan time, the CLI): connect to each server once, list its tools, disconnect; report what cannot be
+reached. `probe` also makes calls while a server is open (`trainctl tools call`, the tokenization preflight).
 
 A stdio server is started and stopped again; a server that does not start shows its command and the last lines it
 wrote on stderr (secret values scrubbed), one that cannot be reached its URL.
@@ -14,8 +15,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from trainctl.errors import ConfigProblems, Problem
-from trainctl.mcp.connection import DEFAULT_CONNECT_TIMEOUT, Connection, explain, scrub
+from trainctl.errors import ConfigProblems, Problem, TrainctlError
+from trainctl.mcp.connection import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT,
+    Connection,
+    call_failure,
+    explain,
+    scrub,
+)
+from trainctl.mcp.results import error_text, result_text
 from trainctl.mcp.specs import ServerSpec, strip_userinfo
 
 T = TypeVar("T")
@@ -26,6 +35,8 @@ class Discovered:
     server: ServerSpec
     tools: list  # mcp.types.Tool
     seconds: float
+    # what the server said of itself in MCP's initialize: {"name": ..., "version": ...} (None: it said nothing)
+    server_info: dict | None = None
 
 
 def run_on_fresh_loop(make: Callable[[], Awaitable[T]]) -> T:
@@ -47,22 +58,76 @@ def run_on_fresh_loop(make: Callable[[], Awaitable[T]]) -> T:
     return out["value"]
 
 
-async def _discover_one(spec: ServerSpec, timeout: float) -> Discovered:
+# calls made while a server is open for discovery: (tool, arguments) pairs chosen from its listing
+Choose = Callable[[list], list[tuple[str, Any]]]
+
+
+@dataclass
+class Answer:
+    """One call made at plan time or from the CLI: the text the model would read (error texts start with
+    `Error:`), whether the server flagged it as an error, whether any result came back, and how long it took."""
+
+    tool: str
+    arguments: Any
+    text: str
+    is_error: bool
+    answered: bool
+    seconds: float
+
+
+async def _discover_one(
+    spec: ServerSpec, timeout: float, choose: Choose | None = None, call_timeout: float | None = None
+) -> Discovered | tuple[Discovered, list[Answer]]:
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
         conn = Connection(spec, stderr=err)
         try:
-            await conn.open(timeout)
-            tools = await conn.list_tools(timeout)
-        except BaseException as e:
-            reason = explain(e, spec)
-            err.flush()
-            err.seek(0)
-            tail = [line.rstrip() for line in err.read().splitlines() if line.strip()][-5:]
-            raise _Unreachable(spec, reason, [scrub(t, spec.secret_values()) for t in tail]) from None
+            try:
+                await conn.open(timeout)
+                tools = await conn.list_tools(timeout)
+                info = conn.server_info()
+            except BaseException as e:
+                reason = explain(e, spec)
+                err.flush()
+                err.seek(0)
+                tail = [line.rstrip() for line in err.read().splitlines() if line.strip()][-5:]
+                raise _Unreachable(spec, reason, [scrub(t, spec.secret_values()) for t in tail]) from None
+            found = Discovered(spec, tools, time.perf_counter() - start, info)
+            if choose is None:
+                return found
+            answers = []
+            for tool, arguments in choose(tools):
+                answers.append(await _answer(conn, spec, tool, arguments, call_timeout or DEFAULT_CALL_TIMEOUT))
+            return found, answers
         finally:
             await conn.close()
-    return Discovered(spec, tools, time.perf_counter() - start)
+
+
+async def _answer(conn: Connection, spec: ServerSpec, tool: str, arguments: Any, timeout: float) -> Answer:
+    start = time.perf_counter()
+    if not isinstance(arguments, dict):
+        text = error_text(f"arguments must be a JSON object, not {type(arguments).__name__}")
+        return Answer(tool, arguments, text, True, False, 0.0)
+    try:
+        result = await conn.call(tool, arguments, timeout)
+    except Exception as e:
+        reason, _ = call_failure(e, spec, tool, timeout, conn.alive)
+        return Answer(tool, arguments, error_text(reason), True, False, time.perf_counter() - start)
+    text, is_error = result_text(result)
+    return Answer(tool, arguments, error_text(text) if is_error else text, is_error, True, time.perf_counter() - start)
+
+
+def probe(
+    spec: ServerSpec, choose: Choose, timeout: float = DEFAULT_CONNECT_TIMEOUT, call_timeout: float | None = None
+) -> tuple[Discovered, list[Answer]]:
+    """Start (stdio) or reach one server, list its tools, make the calls `choose(tools)` returns, one after the
+    other, and stop it again. `choose` may raise (a tool the server does not list). Raises ConfigProblems when the
+    server cannot be started or reached, as `discover` does."""
+    results = run_on_fresh_loop(lambda: _gather({spec.name: spec}, timeout, choose, call_timeout))
+    found, problems = _sorted_out({spec.name: spec}, results)
+    if problems:
+        raise ConfigProblems(problems)
+    return found[spec.name]
 
 
 class _Unreachable(Exception):
@@ -101,36 +166,55 @@ def forget_discovered() -> None:
         _LISTINGS.clear()
 
 
-def _discover_all(servers: dict[str, ServerSpec], timeout: float) -> dict[str, Discovered]:
-    async def all_servers():
-        return await asyncio.gather(*(_discover_one(s, timeout) for s in servers.values()), return_exceptions=True)
+def discover_each(
+    servers: dict[str, ServerSpec], timeout: float = DEFAULT_CONNECT_TIMEOUT
+) -> tuple[dict[str, Discovered], list[Problem]]:
+    """Connect to every server at once and list its tools: what each listed, and a Problem for each server that
+    could not be started or reached (nothing cached)."""
+    return _sorted_out(servers, run_on_fresh_loop(lambda: _gather(servers, timeout)))
 
-    results = run_on_fresh_loop(all_servers)
+
+def _discover_all(servers: dict[str, ServerSpec], timeout: float) -> dict[str, Discovered]:
+    found, problems = discover_each(servers, timeout)
+    if problems:
+        raise ConfigProblems(problems)
+    return found
+
+
+async def _gather(servers: dict[str, ServerSpec], timeout: float, choose=None, call_timeout=None) -> list:
+    return await asyncio.gather(
+        *(_discover_one(s, timeout, choose, call_timeout) for s in servers.values()), return_exceptions=True
+    )
+
+
+def _sorted_out(servers: dict[str, ServerSpec], results: list) -> tuple[dict, list[Problem]]:
     found, problems = {}, []
     for spec, result in zip(servers.values(), results, strict=True):
         if isinstance(result, _Unreachable):
-            details = [f"{spec.describe()}"]
-            if result.stderr_tail:
-                details.append("its last lines on stderr:")
-                details.extend(f"  {line}" for line in result.stderr_tail)
-            problems.append(
-                Problem(
-                    f"MCP server {spec.name!r} could not be "
-                    f"{'started' if spec.transport == 'stdio' else 'reached'}: {result.reason}",
-                    key=f"mcpServers.{spec.name}",
-                    details=details,
-                    hint=_unreachable_hint(spec),
-                )
-            )
+            problems.append(unreachable_problem(spec, result.reason, result.stderr_tail))
+        elif isinstance(result, TrainctlError):
+            raise result  # `choose` refused (a tool the server does not list)
         elif isinstance(result, BaseException):
             problems.append(
                 Problem(f"MCP server {spec.name!r}: {explain(result, spec)}", key=f"mcpServers.{spec.name}")
             )
         else:
             found[spec.name] = result
-    if problems:
-        raise ConfigProblems(problems)
-    return found
+    return found, problems
+
+
+def unreachable_problem(spec: ServerSpec, reason: str, stderr_tail: list[str]) -> Problem:
+    """Why a server could not be started or reached: its command or URL, its last stderr lines, how to check."""
+    details = [f"{spec.describe()}"]
+    if stderr_tail:
+        details.append("its last lines on stderr:")
+        details.extend(f"  {line}" for line in stderr_tail)
+    return Problem(
+        f"MCP server {spec.name!r} could not be {'started' if spec.transport == 'stdio' else 'reached'}: {reason}",
+        key=f"mcpServers.{spec.name}",
+        details=details,
+        hint=_unreachable_hint(spec),
+    )
 
 
 def _unreachable_hint(spec: ServerSpec) -> str:

@@ -36,3 +36,17 @@ def result_text(result: Any) -> tuple[str, bool]:
 def error_text(reason: str) -> str:
     """What the model reads for a call that gave no result, or an error result (`reason` without the prefix)."""
     return reason if reason.startswith(ERROR_PREFIX) else f"{ERROR_PREFIX} {reason}"
+
+
+def as_verl_cuts(text: str, limit: int, side: str = "middle") -> str:
+    """`text` as verl's tool agent loop hands it to the model: cut to `limit` characters
+    (multi_turn.max_tool_response_length) on `side` (multi_turn.tool_response_truncate_side), as verl 0.9.1 does
+    in ToolAgentLoop._call_tool."""
+    if not text or len(text) <= limit:
+        return text
+    if side == "left":
+        return "(truncated)..." + text[-limit:]
+    if side == "right":
+        return text[:limit] + "...(truncated)"
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-half:]

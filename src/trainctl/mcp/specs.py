@@ -271,10 +271,20 @@ def spec_problems(spec: ServerSpec) -> list[SpecProblem]:
 _SCHEMA_TRANSPORTS = {"stdio": "stdio", "sse": "sse", "http": "streamable-http"}
 
 
+def inline_transport(server: Any) -> str:
+    """A tools.servers entry's transport: as set, else stdio for a command, sse for a url ending in /sse, streamable
+    HTTP for another url (stdio when it has neither: the checks say what is missing)."""
+    if server.transport:
+        return _SCHEMA_TRANSPORTS[server.transport]
+    if server.url and not server.command:
+        return "sse" if server.url.rstrip("/").endswith("/sse") else "streamable-http"
+    return "stdio"
+
+
 def inline_spec(name: str, server: Any) -> ServerSpec:
     """A tools.servers entry (trainctl.config.schema.ToolServer, read by attribute: this package imports no config)
     as a ServerSpec; env names become `${NAME}` references, expanded from the environment only when it starts."""
-    transport = _SCHEMA_TRANSPORTS[server.transport]
+    transport = inline_transport(server)
     if transport == "stdio":
         return ServerSpec(
             name,
@@ -287,12 +297,79 @@ def inline_spec(name: str, server: Any) -> ServerSpec:
     return ServerSpec(name, transport, url=server.url)
 
 
+def override_entry(server: Any) -> dict:
+    """What a tools.servers entry sets, as mcpServers entry keys: applied to the servers file's entry of the same
+    name (`merge_entry`). `tools` is not part of it (it narrows what the model may call, not how to reach it)."""
+    out: dict[str, Any] = {}
+    if server.transport:
+        out["type"] = _SCHEMA_TRANSPORTS[server.transport]
+    for key in ("command", "args", "cwd", "url"):
+        value = getattr(server, key)
+        if value is not None:
+            out[key] = [str(a) for a in value] if key == "args" else value
+    if server.env:
+        out["env"] = {n: "${" + n + "}" for n in server.env}
+    return out
+
+
+def merge_entry(base: dict, override: dict) -> dict:
+    """An mcpServers entry with an override applied: the override's keys win; a command replaces the url (and a
+    url the command, its args, env and cwd); env names are added to the entry's env."""
+    if not override:
+        return dict(base)
+    merged = dict(base)
+    if "command" in override:
+        for key in ("url", "headers"):
+            merged.pop(key, None)
+        if merged.get("type") not in (None, "stdio"):
+            merged.pop("type")
+    if "url" in override:
+        for key in ("command", "args", "env", "cwd"):
+            merged.pop(key, None)
+    merged.update({k: v for k, v in override.items() if k != "env"})
+    if "env" in override:
+        merged["env"] = {**(merged.get("env") or {}), **override["env"]}
+    return merged
+
+
+def apply_override(spec: ServerSpec, override: dict, source: str) -> ServerSpec:
+    """A servers file's server with a tools.servers override applied; raises TrainctlError for what the merged
+    entry lacks (a url server made stdio without a command)."""
+    return parse_server(spec.name, merge_entry(spec.to_json(), override), source) if override else spec
+
+
 def server_specs(tools: Any) -> tuple[dict[str, ServerSpec], dict[str, ServerSpec]]:
     """(inline servers, servers from tools.servers_file), by name, of a tools section (trainctl.config.schema.Tools).
-    Raises TrainctlError / ConfigProblems for a file that cannot be read or parsed."""
-    inline = {name: inline_spec(name, s) for name, s in tools.servers.items()}
+
+    A name in both is the file's server with the tools.servers entry's keys applied (the file's entry is the base,
+    the override wins), listed with the file's servers. Raises TrainctlError / ConfigProblems for a file that
+    cannot be read or parsed, or an override that leaves a server unusable."""
     from_file = load_servers(tools.servers_file) if tools.servers_file else {}
+    inline = {name: inline_spec(name, s) for name, s in tools.servers.items() if name not in from_file}
+    problems = []
+    for name, server in tools.servers.items():
+        if name in from_file:
+            try:
+                from_file[name] = apply_override(
+                    from_file[name], override_entry(server), f"{tools.servers_file} with tools.servers.{name}"
+                )
+            except TrainctlError as e:
+                problems.append(Problem(e.message, key=f"tools.servers.{name}", hint=e.hint))
+    if problems:
+        raise ConfigProblems(problems)
     return inline, from_file
+
+
+def file_overrides(tools: Any) -> dict[str, dict]:
+    """The overrides (`override_entry`) the tools.servers entries make to the servers file's servers, by name: what
+    a worker applies again to the file's entry (the run's tools.yaml names the file, never its values)."""
+    if not tools.servers_file or not tools.servers:
+        return {}
+    try:
+        names = set(load_servers(tools.servers_file))
+    except TrainctlError:
+        return {}
+    return {n: o for n, s in tools.servers.items() if n in names and (o := override_entry(s))}
 
 
 def allowed_tools(tools: Any, name: str) -> list[str] | None:

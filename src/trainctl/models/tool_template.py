@@ -41,3 +41,16 @@ def tool_template_problems(tokenizer: Any, tools: list[dict], hf_model_type: str
     if PROBE_RESULT not in tokenizer.decode(merged.token_ids):
         return ["the chat template drops tool results: a tool message renders without its content"]
     return []
+
+
+def schema_tokens(tokenizer: Any, tools: list[dict]) -> int:
+    """Prompt tokens the tool schemas add to every prompt with this tokenizer's chat template (the first prompt of a
+    trajectory, rendered as verl's tool agent loop renders it, with and without them)."""
+    question = [{"role": "user", "content": ""}]
+
+    def tokens(**kwargs) -> int:
+        ids = tokenizer.apply_chat_template(question, tokenize=True, add_generation_prompt=True, **kwargs)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        return len(ids)
+
+    return tokens(tools=tools) - tokens()

@@ -8,6 +8,12 @@ the model (the trajectory goes on) and never raises out of `execute`. Nothing he
 wrong with a server entry was reported at plan time (trainctl.checks.tools), and whatever changed since (an
 mcpServers file edited or removed, a variable missing from a worker's environment) is the call's error result.
 
+A server that dies mid-run (a stdio process killed, an SSE / HTTP server stopped): the calls in flight get an
+error result at once, and the next call starts it again (stdio) or reconnects (network). A server that cannot be
+started or reached again is tried once more after a pause that doubles from RETRY_FIRST_S up to RETRY_MAX_S; calls
+in between get an error result at once, so a run never waits on a dead server. The call that brings a server back
+is marked in the call log (`server_restart`), which the tool metrics count (tool/server_restarts).
+
 Why a thread with its own event loop: an MCP connection is a set of anyio tasks owned by the task that opened it
 (trainctl.mcp.connection), and verl calls tools from its own loop inside Ray actors (and from worker threads while
 it builds datasets). One long-lived loop per process owns every connection; callers on any loop or thread submit
@@ -29,27 +35,50 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from trainctl.errors import ConfigProblems, TrainctlError
 from trainctl.mcp.connection import (
     CLOSE_TIMEOUT,
-    CONNECTION_CLOSED,
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
-    REQUEST_TIMEOUT,
     Connection,
-    error_code,
+    call_failure,
     explain,
 )
 from trainctl.mcp.results import error_text, result_text
-from trainctl.mcp.specs import ServerSpec, load_servers
+from trainctl.mcp.specs import ServerSpec, apply_override, load_servers
 from trainctl.runtime.lazy import lazy_classes
 from trainctl.runtime.tool_calls import CallLog
+
+# pauses before trying a server again that could not be started or reached after it went away
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
 
 
 class ToolCallError(Exception):
     """A call that did not produce a result (timeout, connection lost, server unusable): its text goes to the model."""
+
+
+@dataclass
+class CallOutcome:
+    """One call through the bridge: the text the model reads, whether it is an error, and whether this call
+    brought its server back (started a stdio server again, or reconnected, after it went away)."""
+
+    text: str
+    is_error: bool
+    server_restart: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class _Down:
+    """A server that could not be started or reached again: when to try next, and why."""
+
+    until: float
+    pause: float
+    reason: str
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -66,6 +95,9 @@ class Bridge:
         self._thread.start()
         self._connections: dict[Any, Connection] = {}
         self._opening: dict[Any, asyncio.Future] = {}
+        self._lost: set = set()  # keys whose connection went away: opening them again is a restart
+        self._down: dict[Any, _Down] = {}  # keys that could not be brought back, until their next try
+        self.restarts: dict[str, int] = {}  # server name -> times it was started again or reconnected
         self.closed = False
 
     def _run(self) -> None:
@@ -85,19 +117,40 @@ class Bridge:
 
     # --- on the bridge loop ---
     async def connection(self, key: Any, spec: ServerSpec, timeout: float) -> Connection:
+        """The open connection for `key`, opening it (starting a stdio server) when there is none. A connection
+        that broke is replaced (the server is started again or reconnected); a server that could not be brought
+        back is tried again only after its pause (RETRY_FIRST_S, doubling), until then this raises at once."""
         conn = self._connections.get(key)
         if conn is not None and conn.alive:
             return conn
         if conn is not None:  # broken (the server exited, the stream dropped): start over
             self._connections.pop(key, None)
+            self._lost.add(key)
             await conn.close()
         if key in self._opening:
             return await asyncio.shield(self._opening[key])
+        down = self._down.get(key)
+        if down is not None and time.monotonic() < down.until:
+            raise ToolCallError(
+                f"MCP server {spec.name!r} is unavailable ({down.reason}); the next try to "
+                f"{'start' if spec.transport == 'stdio' else 'reach'} it is in {down.until - time.monotonic():.1f} s"
+            )
         opening = self.loop.create_future()
         self._opening[key] = opening
         try:
             conn = Connection(spec)
-            await conn.open(timeout)
+            try:
+                await conn.open(timeout)
+            except BaseException as e:
+                if key in self._lost and not isinstance(e, asyncio.CancelledError):
+                    pause = min(RETRY_MAX_S, down.pause * 2) if down is not None else RETRY_FIRST_S
+                    self._down[key] = _Down(time.monotonic() + pause, pause, explain(e, spec))
+                raise
+            self._down.pop(key, None)
+            if key in self._lost:  # back after it went away: the first call through it reports the restart
+                self._lost.discard(key)
+                self.restarts[spec.name] = self.restarts.get(spec.name, 0) + 1
+                conn.restart_unreported = True
             self._connections[key] = conn
             opening.set_result(conn)
             return conn
@@ -107,6 +160,11 @@ class Bridge:
             raise
         finally:
             self._opening.pop(key, None)
+
+    async def lost(self, key: Any) -> None:
+        """The connection for `key` went away during a call: close it; the next call brings the server back."""
+        self._lost.add(key)
+        await self.close_key(key)
 
     async def close_key(self, key: Any) -> None:
         conn = self._connections.pop(key, None)
@@ -172,35 +230,82 @@ async def call_tool(
 
     Raises ToolCallError (with a one-line reason) when no result came back: the server could not be reached, the
     call timed out, or the connection broke."""
+    outcome = await call(spec, tool, arguments, timeout=timeout, connect_timeout=connect_timeout, key=key)
+    return outcome.text, outcome.is_error
+
+
+async def call(
+    spec: ServerSpec,
+    tool: str,
+    arguments: dict,
+    *,
+    timeout: float = DEFAULT_CALL_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    key: Any = None,
+) -> CallOutcome:
+    """call_tool, with whether this call brought its server back and how long the call itself took (the server's
+    start or connection not counted). Raises ToolCallError as call_tool does."""
     b = bridge()
     key = key if key is not None else ("shared", spec)
 
-    async def on_bridge():
+    async def on_bridge() -> CallOutcome:
         try:
             conn = await b.connection(key, spec, connect_timeout)
+        except ToolCallError:
+            raise
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
                 raise
             raise ToolCallError(f"MCP server {spec.name!r} is unavailable: {explain(e, spec)}") from None
+        restarted, conn.restart_unreported = conn.restart_unreported, False
+        start = time.perf_counter()
         try:
             result = await conn.call(tool, arguments, timeout)
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
                 raise
-            code = error_code(e)
-            if code == REQUEST_TIMEOUT:  # the SDK also told the server to cancel it
-                raise ToolCallError(f"the call to {tool!r} timed out after {timeout:g} s") from None
-            if not conn.alive or code == CONNECTION_CLOSED:
-                await b.close_key(key)  # the next call reconnects (restarting a stdio server)
-                raise ToolCallError(f"MCP server {spec.name!r} went away during the call: {explain(e, spec)}") from None
-            raise ToolCallError(f"the call to {tool!r} failed: {explain(e, spec)}") from None
-        return result_text(result)
+            reason, went_away = call_failure(e, spec, tool, timeout, conn.alive)
+            if went_away:
+                await b.lost(key)  # the next call starts the server again (stdio) or reconnects
+            raise ToolCallError(reason) from None
+        text, is_error = result_text(result)
+        return CallOutcome(text, is_error, restarted, time.perf_counter() - start)
 
     # the outer bound covers a bridge that cannot even start the call (a wedged connection)
     try:
         return await asyncio.wait_for(b.acall(on_bridge()), timeout + connect_timeout + 5)
     except TimeoutError:
         raise ToolCallError(f"the call to {tool!r} timed out after {timeout:g} s") from None
+
+
+async def model_answer(
+    spec: ServerSpec,
+    tool: str,
+    arguments: Any,
+    *,
+    timeout: float = DEFAULT_CALL_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    key: Any = None,
+) -> CallOutcome:
+    """What the model reads for one call, as MCPTool answers verl: the server's text, an error text for an error
+    result or for no result at all (never raises, but for cancellation). `seconds` is the whole call as the caller
+    waited for it."""
+    start = time.perf_counter()
+    restarted = False
+    try:
+        if not isinstance(arguments, dict):
+            raise ToolCallError(f"arguments must be a JSON object, not {type(arguments).__name__}")
+        outcome = await call(spec, tool, arguments, timeout=timeout, connect_timeout=connect_timeout, key=key)
+        text, error, restarted = outcome.text, outcome.is_error, outcome.server_restart
+        if error:
+            text = error_text(text)
+    except asyncio.CancelledError:
+        raise
+    except ToolCallError as e:
+        text, error = error_text(str(e)), True
+    except Exception as e:  # anything else is a bug here or in the SDK: the model still gets an answer
+        text, error = error_text(f"the call to {tool!r} failed: {type(e).__name__}: {e}"), True
+    return CallOutcome(text, bool(error), restarted, time.perf_counter() - start)
 
 
 @functools.cache
@@ -210,7 +315,8 @@ def _servers_from_file(path: str) -> dict[str, ServerSpec]:
 
 def worker_spec(config: dict) -> ServerSpec:
     """The server a tools.yaml entry names: the checked entry itself (`server_spec`), or the server of that name in
-    the user's mcpServers file (`servers_file`: its env and headers stay there). The plan checked both; a file that
+    the user's mcpServers file (`servers_file`: its env and headers stay there), with the keys tools.servers.NAME
+    changed (`server_overrides`). The plan checked both; a file that
     has changed since is a ToolCallError (the call's error result), never a config error in the worker."""
     name = config["server"]
     if config.get("server_spec"):
@@ -226,7 +332,10 @@ def worker_spec(config: dict) -> ServerSpec:
         raise ToolCallError(
             f"MCP server {name!r} is unavailable: {path} no longer names it (it names {sorted(servers)})"
         )
-    return servers[name]
+    try:  # the keys tools.servers.NAME changed, applied to the file's entry again
+        return apply_override(servers[name], dict(config.get("server_overrides") or {}), path)
+    except TrainctlError as e:
+        raise ToolCallError(f"MCP server {name!r} is unavailable: {e.message}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -285,13 +394,12 @@ def _mcp_tool_class():
             self, instance_id: str, parameters: dict[str, Any], **kwargs
         ) -> tuple[ToolResponse, float, dict]:
             agent_data = kwargs.get("agent_data")
-            start = time.perf_counter()
-            error = True
             try:
                 spec = self.spec()
-                if not isinstance(parameters, dict):
-                    raise ToolCallError(f"arguments must be a JSON object, not {type(parameters).__name__}")
-                text, error = await call_tool(
+            except ToolCallError as e:
+                outcome = CallOutcome(error_text(str(e)), True)
+            else:
+                outcome = await model_answer(
                     spec,
                     self.mcp_tool,
                     parameters,
@@ -299,30 +407,26 @@ def _mcp_tool_class():
                     connect_timeout=self.connect_timeout,
                     key=self._key(spec, instance_id, agent_data),
                 )
-                if error:
-                    text = error_text(text)
-            except asyncio.CancelledError:
-                raise
-            except ToolCallError as e:
-                text = error_text(str(e))
-            except Exception as e:  # anything else is a bug here or in the SDK: the model still gets an answer
-                text = error_text(f"the call to {self.name!r} failed: {type(e).__name__}: {e}")
-            seconds = time.perf_counter() - start
             if self.log is not None:
-                self.log.write(
-                    {
-                        "time": time.time(),
-                        "trajectory": getattr(agent_data, "request_id", None),
-                        "server": self.server_name,
-                        "tool": self.name,
-                        "arguments": parameters,
-                        "result": text,
-                        "error": bool(error),
-                        "seconds": round(seconds, 6),
-                    }
-                )
-            metrics = {"mcp_server": self.server_name, "tool_seconds": seconds, "tool_error": int(bool(error))}
-            return ToolResponse(text=text), 0.0, metrics
+                record = {
+                    "time": time.time(),
+                    "trajectory": getattr(agent_data, "request_id", None),
+                    "server": self.server_name,
+                    "tool": self.name,
+                    "arguments": parameters,
+                    "result": outcome.text,
+                    "error": outcome.is_error,
+                    "seconds": round(outcome.seconds, 6),
+                }
+                if outcome.server_restart:
+                    record["server_restart"] = True
+                self.log.write(record)
+            metrics = {
+                "mcp_server": self.server_name,
+                "tool_seconds": outcome.seconds,
+                "tool_error": int(outcome.is_error),
+            }
+            return ToolResponse(text=outcome.text), 0.0, metrics
 
         async def release(self, instance_id: str, **kwargs) -> None:
             self._instances.pop(instance_id, None)

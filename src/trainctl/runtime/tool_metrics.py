@@ -12,6 +12,7 @@ for, each step:
   tool/trajectories_with_calls  share of trajectories that called a tool at least once
   tool/errors, tool/error_share calls whose answer was an error (the tool raised, timed out, the server failed)
   tool/seconds_mean             mean time of a call, as the caller saw it
+  tool/server_restarts          MCP servers started again (stdio) or reconnected (network) after they went away
   tool/<name>/calls             calls per tool
 
 Calls made during validation are reported with the validation metrics (val-tool/*), not with the next step.
@@ -72,6 +73,7 @@ def call_metrics(records: list[dict], trajectories: int, prefix: str = "tool") -
         f"{prefix}/errors": float(errors),
         f"{prefix}/error_share": errors / calls if calls else 0.0,
         f"{prefix}/seconds_mean": sum(float(r.get("seconds") or 0) for r in records) / calls if calls else 0.0,
+        f"{prefix}/server_restarts": float(sum(1 for r in records if r.get("server_restart"))),
     }
     for name in sorted({str(r.get("tool")) for r in records}):
         out[f"{prefix}/{name}/calls"] = float(sum(1 for r in records if str(r.get("tool")) == name))

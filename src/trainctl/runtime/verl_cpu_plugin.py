@@ -6,7 +6,8 @@ trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run train
 without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
 trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
 TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics) and the tool metrics when TRAINCTL_TOOL_CALLS is
-set (trainctl.runtime.tool_metrics).
+set (trainctl.runtime.tool_metrics), with the trajectories' turns in the rollout dumps
+(trainctl.runtime.trajectories).
 """
 
 import os
@@ -16,6 +17,12 @@ if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS
     from trainctl.runtime.verl_patches import apply_metrics as _apply_metrics
 
     _apply_metrics()
+
+if os.environ.get("TRAINCTL_TOOL_CALLS"):
+    # trajectories as turns in the rollout dumps (trainctl.runtime.trajectories): runs with tools
+    from trainctl.runtime.trajectories import install as _install_trajectories
+
+    _install_trajectories()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:

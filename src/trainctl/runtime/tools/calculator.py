@@ -21,6 +21,7 @@ import time
 NAME = "calculator"
 DESCRIPTION = "Evaluate arithmetic."
 EXPRESSION_HELP = "e.g. 12 * (3 + 4)"
+EXAMPLE = "12 * (3 + 4)"
 MAX_CHARS = 200
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 10**100
@@ -100,17 +101,31 @@ def _append_log(path: str | None, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _version() -> str:
+    """trainctl's version (this server ships with it), read from its metadata: this file imports no trainctl."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("trainctl")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def build_server(log_path: str | None = None):
     from typing import Annotated
 
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
     from pydantic import Field
 
-    server = MCPServer(NAME, instructions=DESCRIPTION, log_level="WARNING")
+    server = MCPServer(NAME, instructions=DESCRIPTION, version=_version(), log_level="WARNING")
 
-    @server.tool(name=NAME, description=DESCRIPTION, structured_output=False)
-    def calculator(expression: Annotated[str, Field(description=EXPRESSION_HELP)]) -> str:
+    # read-only: it changes nothing, so trainctl's tokenization preflight may call it (trainctl.toolenv.preflight)
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+
+    @server.tool(name=NAME, description=DESCRIPTION, annotations=read_only, structured_output=False)
+    def calculator(expression: Annotated[str, Field(description=EXPRESSION_HELP, examples=[EXAMPLE])]) -> str:
         record = {"pid": os.getpid(), "time": time.time(), "expression": expression}
         try:
             result = calculate(expression)
