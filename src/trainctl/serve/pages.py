@@ -33,7 +33,7 @@ def render(name: str, **context) -> str:
 def _duration(seconds) -> str:
     from trainctl.runs.progress import fmt_seconds
 
-    return fmt_seconds(seconds)
+    return fmt_seconds(seconds) if isinstance(seconds, int | float) else "-"
 
 
 def _value(v) -> str:

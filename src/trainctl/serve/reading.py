@@ -186,13 +186,19 @@ def summary(run: Path, family: str | None) -> Summary:
 
     lasts = []
     for _, f in files:
-        for step, data in _records_backwards(f):
-            lasts.append((step, data))
-            break
+        merged: dict = {}
+        step = None
+        for s, data in _records_backwards(f):  # the last step's lines (training and validation: two lines)
+            if step is not None and s != step:
+                break
+            step = s
+            merged = {**data, **merged}
+        if step is not None:
+            lasts.append((step, merged))
     if not lasts:
         return out
     out.steps_done = max(s for s, _ in lasts)
-    last_step = max(lasts, key=lambda r: r[0])
+    last_step = max(reversed(lasts), key=lambda r: r[0])  # a resumed attempt's wins
     out.last = dict(last_step[1])
     timing = out.last.get("timing_s/step")
     out.per_step = float(timing) if isinstance(timing, int | float) and timing > 0 else None

@@ -301,8 +301,7 @@ def safe_path(base: Path, relative: str, raw: bytes | None = None) -> Path | Non
         return None
     if not relative or "\x00" in relative or "\\" in relative or relative.startswith("/"):
         return None
-    parts = relative.split("/")
-    if any(p in ("..", "") for p in parts[:-1]) or parts[-1] in ("..", "."):
+    if any(part in ("..", ".", "") for part in relative.split("/")):
         return None
     base = base.resolve()
     try:

@@ -197,7 +197,7 @@ def read_tree(config: Path) -> dict:
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        tree = yaml.load(config.read_text(), Loader=loader)  # noqa: S506 (a safe loader)
+        tree = yaml.load(config.read_text(), Loader=loader)
     except (OSError, ValueError, yaml.YAMLError):
         return {}
     return tree if isinstance(tree, dict) else {}

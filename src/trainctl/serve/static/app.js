@@ -65,7 +65,10 @@ function chartOptions(title, series, width) {
   return {
     width: width, height: 220, title: undefined,
     scales: { x: { time: false } },
-    axes: [{ label: "step" }, { size: 60 }],
+    axes: [
+      { label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6] },
+      { size: 64, values: (u, vals) => vals.map(fmt) },
+    ],
     legend: { show: series.length > 1 },
     cursor: { drag: { x: true, y: false } },
     series: [{ label: "step" }, ...series.map((s, i) => ({
