@@ -80,12 +80,20 @@ def server_env(home, **extra: str) -> dict[str, str]:
     return home.env(HF_TOKEN=SERVER_SECRET, **extra)
 
 
+def copy_run(source: Path, target: Path) -> dict:
+    """A copy of a real run (its checkpoints left out) under another name; returns its run.json."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints"))
+    status = json.loads((target / "run.json").read_text())
+    status["name"] = target.name
+    (target / "run.json").write_text(json.dumps(status, indent=2))
+    return status
+
+
 def fake_live_run(source: Path, target: Path) -> subprocess.Popen:
     """A copy of a finished run that says it is running, supervised by a real process of ours (a `sleep` in the
     supervisor's place: alive, so `runs ls` says running, and `runs stop` can stop it). Returns that process."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints"))
+    status = copy_run(source, target)
     proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
-    status = json.loads((target / "run.json").read_text())
     status["state"] = "running"
     last = status["attempts"][-1]
     for k in ("ended", "exit_code", "state", "seconds"):
@@ -99,6 +107,15 @@ def fake_live_run(source: Path, target: Path) -> subprocess.Popen:
     }
     (target / "run.json").write_text(json.dumps(status, indent=2))
     return proc
+
+
+def stop_if_running(run: Path) -> None:
+    """A job a failed test left running is stopped (`runs stop`), not left to train on."""
+    from trainctl.launch.control import stop_run
+    from trainctl.runs.status import read_run
+
+    if (run / "run.json").is_file() and read_run(run, query_jobs=False).alive:
+        stop_run(run, 5)
 
 
 def end(proc: subprocess.Popen) -> None:

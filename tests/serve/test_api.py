@@ -12,7 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.real_runs import FAST_SFT
-from tests.serve.conftest import SERVER_SECRET, end, fake_live_run, server_env, start_server
+from tests.serve.conftest import (
+    SERVER_SECRET,
+    copy_run,
+    end,
+    fake_live_run,
+    server_env,
+    start_server,
+    stop_if_running,
+)
 
 from trainctl.metrics import read_metrics
 from trainctl.serve.store import run_uuid
@@ -125,11 +133,15 @@ def test_trajectories_as_turns_filtered_by_reward_and_tool_errors(api, agent_ppo
 
 
 def test_compare_and_gpus(api, sft_run, grpo_run):
+    from trainctl.runs.compare import compare
     from trainctl.runs.gpus import gpu_stats
+    from trainctl.runs.status import read_run
 
     c = api.get("/api/compare", params={"runs": f"{run_uuid(sft_run.path)},grpo"}).json()
     assert [r["name"] for r in c["runs"]] == ["sft", "grpo"]
-    assert c["differ"]["algorithm.name"] == ["sft", "grpo"] and "train/loss" in c["metrics"]
+    expected = compare([read_run(sft_run.path), read_run(grpo_run.path)])  # what `runs compare` shows
+    assert set(c["differ"]) == set(expected.differ) and c["same"] == expected.same
+    assert c["differ"]["algorithm.family"] == ["sft", "ppo"] and "train/loss" in c["metrics"]
     assert api.get("/api/compare", params={"runs": "sft"}).status_code == 422
     gpus = api.get("/api/gpus").json()
     assert gpus["available"] == bool(gpu_stats())
@@ -233,7 +245,7 @@ def test_a_deleted_run_says_so_and_a_broken_folder_does_not_stop_the_server(serv
     import shutil
 
     doomed = copies / "doomed"
-    shutil.copytree(sft_run.path, doomed, ignore=shutil.ignore_patterns("checkpoints"))
+    copy_run(sft_run.path, doomed)
     broken = copies / "broken"
     broken.mkdir()
     (broken / "run.json").write_text('{"name": "broken", "attem')  # cut mid-write
@@ -298,16 +310,19 @@ def test_a_job_created_started_and_finished_through_the_api(api, copies):
     pending = rows(api)["api-job"]
     assert pending["status"] == "created" and pending["pending"]
     planned = time.monotonic()
-    started = api.post(f"/api/jobs/{job['uuid']}/start", json={})
-    assert started.status_code == 200, started.text
-    assert started.json()["trainer_pid"]
-    status = None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        status = api.get(f"/api/jobs/{job['uuid']}").json()
-        if status["status"] not in ("running", "queued", "created"):
-            break
-        time.sleep(1)
+    try:
+        started = api.post(f"/api/jobs/{job['uuid']}/start", json={}, timeout=600)
+        assert started.status_code == 200, started.text
+        assert started.json()["trainer_pid"]
+        status = None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = api.get(f"/api/jobs/{job['uuid']}").json()
+            if status["status"] not in ("running", "queued", "created"):
+                break
+            time.sleep(1)
+    finally:
+        stop_if_running(copies / "api-job")
     print(f"api job: planned in {planned - t0:.1f} s, ran in {time.monotonic() - planned:.1f} s")
     assert status["status"] == "done", status
     assert status["steps_done"] == 1 and status["description"] == "the quickstart, one step"

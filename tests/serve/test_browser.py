@@ -8,13 +8,12 @@ TRAINCTL_SCREENSHOTS=docs/serve pytest tests/serve/test_browser.py writes the RE
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 from tests.real_runs import FAST_SFT
-from tests.serve.conftest import server_env, start_server
+from tests.serve.conftest import server_env, start_server, stop_if_running
 
 from trainctl.serve.store import run_uuid
 
@@ -22,6 +21,12 @@ CHROMIUM = Path("/usr/bin/chromium")
 # uPlot draws the first series in this colour (static/app.js COLORS[0]): its pixels on a canvas are the curve
 SERIES_RGB = (47, 111, 223)
 SHOTS = os.environ.get("TRAINCTL_SCREENSHOTS")
+
+
+def expect(locator):
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
 
 
 def _browser_or_skip():
@@ -108,7 +113,7 @@ def test_a_run_page_draws_its_charts(site, grpo_run, tmp_path):
     server, page, _, problems = site
     page.goto(f"{server.url}/runs/grpo")
     page.wait_for_selector(".chart canvas")
-    page.wait_for_function("document.querySelector('#log').textContent.length > 0")
+    expect(page.locator("#log")).not_to_be_empty()
     charts = page.locator(".chart").evaluate_all("els => els.map(e => e.dataset.metric)")
     assert charts[:2] == ["critic/score/mean", "actor/kl_loss"]
     drawn = _curve_pixels(page, ".chart[data-metric='critic/score/mean']")
@@ -129,13 +134,14 @@ def test_the_agent_runs_trajectories(site, agent_ppo_run, tmp_path):
     assert page.locator(".call", has_text="calculator(").count() > 0  # a tool call with its arguments
     assert page.locator(".turn.tool").count() > 0  # a tool's result
     _shot(page, "trajectories", tmp_path)
+    before = page.inner_text("#traj-count")
     page.select_option("#errors", "only")
-    page.wait_for_function("document.querySelector('#traj-count').textContent.includes('trajectories')")
+    expect(page.locator("#traj-count")).not_to_have_text(before)
     counts = page.locator(".traj .head span.muted:has-text('tool call')").all_inner_texts()
     assert counts and all(" 0 error" not in c for c in counts)
     page.select_option("#errors", "")
     page.locator(".same-prompt").first.click()
-    page.wait_for_function("document.querySelector('#traj-count').textContent.includes('every step')")
+    expect(page.locator("#traj-count")).to_contain_text("every step")
     assert not problems
 
 
@@ -147,17 +153,19 @@ def test_a_quickstart_launched_from_the_form_and_watched_to_done(site, copies, t
     page.fill("textarea[name=overrides]", "\n".join([*FAST_SFT[1:], "run.max_steps=1"]))
     t0 = time.monotonic()
     page.click("#plan")
-    page.wait_for_selector("#plan-text:not([hidden])", timeout=300_000)
+    page.wait_for_selector("#plan-text:not([hidden])", timeout=600_000)
     assert page.inner_text("#plan-text").startswith("Plan: sft on model=tiny")
     assert page.locator(".problem:not(.warning)").count() == 0
     _shot(page, "launch", tmp_path)
     page.click("#start")
-    page.wait_for_url(f"{server.url}/runs/browser-job", timeout=300_000)
-    page.wait_for_function("document.querySelector('#status').textContent === 'done'", timeout=300_000)
+    try:
+        page.wait_for_url(f"{server.url}/runs/browser-job", timeout=600_000)
+        expect(page.locator("#status")).to_have_text("done", timeout=600_000)
+    finally:
+        stop_if_running(copies / "browser-job")
     print(f"browser job: planned, started and done in {time.monotonic() - t0:.1f} s")
     page.wait_for_selector(".chart[data-metric='train/loss'] canvas")
     assert _curve_pixels(page, ".chart[data-metric='train/loss']")[0] > 0  # the one step's point
     assert (copies / "browser-job" / "command.sh").is_file()
     _shot(page, "run-launched", tmp_path)
     assert not problems
-    shutil.rmtree(copies / "browser-job", ignore_errors=True)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 
 import httpx
 import pytest
-from tests.serve.conftest import SERVER_SECRET, TOKEN, server_env, start_server
+from tests.serve.conftest import SERVER_SECRET, TOKEN, copy_run, server_env, start_server
 
 from trainctl.serve.store import run_uuid
 
@@ -24,7 +23,7 @@ def guarded(sft_run, real_home, copies, tmp_path_factory):
     server could leak: its log quotes the server's token and an MCP server's env value, its config names that env
     variable as an MCP server's."""
     run = copies / "sft-copy"
-    shutil.copytree(sft_run.path, run, ignore=shutil.ignore_patterns("checkpoints"))
+    copy_run(sft_run.path, run)
     with open(run / "logs" / "attempt-1.log", "a") as log:
         log.write(f"token {TOKEN} mcp {MCP_SECRET} hf {SERVER_SECRET}\n")
     with open(run / "trainctl.yaml", "a") as cfg:

@@ -127,7 +127,9 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
         from trainctl.config.search import GROUPS, SearchPath
 
         search = SearchPath.default()
-        groups = {g: list(search.options(g)) for g in GROUPS}
+        # a recipe first: it chooses the rest, which the other groups then change
+        order = sorted(GROUPS, key=lambda g: g != "recipe")
+        groups = {g: list(search.options(g)) for g in order}
         return page("launch.html", "Launch", groups=groups)
 
     @app.get("/login", include_in_schema=False)

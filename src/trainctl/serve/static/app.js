@@ -203,6 +203,14 @@ async function initRun() {
     charts.set(name, c);
     if (history.metrics[name]) c.add(history.steps, history.metrics[name]);
   }
+  const charted = new Set();  // the key metrics with a chart, by label
+  function addKeyCharts(present) {
+    for (const k of keys) {
+      if (charted.has(k.label)) continue;
+      const name = k.names.find((n) => present.includes(n));
+      if (name) { charted.add(k.label); addChart(name, k.label); }
+    }
+  }
   more.addEventListener("change", () => { if (more.value) addChart(more.value, ""); more.value = ""; });
 
   let cursor = null;
@@ -211,10 +219,7 @@ async function initRun() {
     cursor = cols.cursor;
     history.steps = cols.steps; history.metrics = cols.metrics;
     remember(cols);
-    for (const k of keys) {
-      const name = k.names.find((n) => n in cols.metrics);
-      if (name) addChart(name, k.label);
-    }
+    addKeyCharts(Object.keys(cols.metrics));
     if (!charts.size) {  // a family trainctl does not know: the first few metrics
       Object.keys(cols.metrics).slice(0, 4).forEach((n) => addChart(n, ""));
     }
@@ -236,13 +241,9 @@ async function initRun() {
         history.metrics[name].push(...new Array(history.steps.length - history.metrics[name].length).fill(null));
       }
     }
-    if (!charts.size) {
-      for (const k of keys) {
-        const name = k.names.find((n) => n in cols.metrics);
-        if (name) addChart(name, k.label);
-      }
-      if (charts.size) $("#live").textContent = "";
-    }
+    addKeyCharts(Object.keys(history.metrics));  // key metrics that appear only now (a first step, a validation)
+    if (charts.size) $("#live").textContent = "live";
+    // a chart made just now from the history has these steps already: add() replaces a step it has
     for (const [name, c] of charts) if (cols.metrics[name]) c.add(cols.steps, cols.metrics[name]);
     $("#steps").textContent = String(history.steps[history.steps.length - 1] ?? 0) + ($("#steps").textContent.includes("/") ? "/" + $("#steps").textContent.split("/")[1] : "");
   }
