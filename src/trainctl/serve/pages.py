@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from trainctl.runs.progress import fmt_seconds, fmt_value
 from trainctl.serve.security import COOKIE, cookie_value
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -31,14 +32,10 @@ def render(name: str, **context) -> str:
 
 
 def _duration(seconds) -> str:
-    from trainctl.runs.progress import fmt_seconds
-
     return fmt_seconds(seconds) if isinstance(seconds, int | float) else "-"
 
 
 def _value(v) -> str:
-    from trainctl.runs.progress import fmt_value
-
     return fmt_value(v) if isinstance(v, int | float) else "-"
 
 

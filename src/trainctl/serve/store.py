@@ -12,6 +12,7 @@ every run folder.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid as uuidlib
@@ -22,7 +23,7 @@ from pathlib import Path
 from trainctl.launch.rundir import RUN_FILE
 from trainctl.paths import atomic_write_text
 from trainctl.runs.status import RunInfo, read_run
-from trainctl.serve.reading import Summary, metric_files, summary
+from trainctl.serve.reading import Summary, summary
 
 NAMESPACE = uuidlib.UUID("5c7f6a0e-2f1b-4d8e-9a53-7b1e2c4d6f80")  # trainctl run folders
 # a Ray job's status comes from its cluster: asked at most this often per run
@@ -45,6 +46,15 @@ class Entry:
     summary: Summary
 
     def row(self) -> dict:
+        """The run as the table and GET /api/jobs show it (kept until its status is read again)."""
+        cached = self.__dict__.get("_row")
+        if cached is not None and cached[0] is self.info:
+            return cached[1]
+        row = self._row()
+        self.__dict__["_row"] = (self.info, row)
+        return row
+
+    def _row(self) -> dict:
         i = self.info
         head = self.summary.headline
         raw = i.raw
@@ -83,18 +93,26 @@ class RunStore:
         # path -> (signature, Entry, when read)
         self._cache: dict[Path, tuple[tuple, Entry, float]] = {}
         self._uuids: dict[Path, str] = {}
+        self._paths: dict[tuple[Path, str], Path] = {}
 
     # -- finding -------------------------------------------------------------------------------------------------
 
     def folders(self) -> list[tuple[Path, Path]]:
-        """(root, run folder) for every run folder under every root."""
+        """(root, run folder) for every run folder under every root (os.scandir and plain stats: a table of
+        hundreds of runs is read on every request)."""
         out = []
         for root in self.roots:
             try:
-                children = sorted(root.iterdir())
+                with os.scandir(root) as it:
+                    names = sorted(e.name for e in it if e.is_dir())
             except OSError:
                 continue
-            out += [(root, d) for d in children if (d / RUN_FILE).is_file()]
+            for name in names:
+                d = self._paths.get((root, name))
+                if d is None:
+                    d = self._paths[(root, name)] = root / name
+                if os.path.isfile(f"{root}/{name}/{RUN_FILE}"):
+                    out.append((root, d))
         for _, d in out:  # before anything of any run is served
             self._secret_names(d)
         return out
@@ -151,15 +169,14 @@ class RunStore:
     def _secret_names(self, path: Path) -> None:
         if self.on_secret_names is None:
             return
-        config = path / "trainctl.yaml"
         try:
-            mtime = config.stat().st_mtime_ns
+            mtime = os.stat(f"{path}/trainctl.yaml").st_mtime_ns
         except OSError:
             return
         if self._configs_seen.get(path) == mtime:
             return
         self._configs_seen[path] = mtime
-        self.on_secret_names(secret_names(read_tree(config)))
+        self.on_secret_names(secret_names(read_tree(path / "trainctl.yaml")))
 
     @staticmethod
     def _stale(entry: Entry, age: float) -> bool:
@@ -226,11 +243,16 @@ def _info(path: Path, summ: Summary, query_jobs: bool) -> RunInfo:
 def _signature(path: Path) -> tuple:
     """What changes when a run changes: run.json and each metrics file (size and modification time)."""
 
-    def stat(p: Path) -> tuple:
+    def stat(p: str) -> tuple:
         try:
-            s = p.stat()
-            return (s.st_size, s.st_mtime_ns)
+            st = os.stat(p)
+            return (st.st_size, st.st_mtime_ns)
         except OSError:
             return (-1, 0)
 
-    return (stat(path / RUN_FILE), *(stat(f) for _, f in metric_files(path)))
+    try:
+        with os.scandir(f"{path}/metrics") as it:
+            files = sorted(e.name for e in it if e.name.startswith("attempt-") and e.name.endswith(".jsonl"))
+    except OSError:
+        files = []
+    return (stat(f"{path}/{RUN_FILE}"), *(stat(f"{path}/metrics/{f}") for f in files))
