@@ -241,6 +241,15 @@ def test_the_stream_delivers_a_new_metrics_line_within_a_second_and_resumes_with
         again.close()
 
 
+def test_a_ray_job_run_links_to_the_ray_dashboard(api, copies, sft_run):
+    status = copy_run(sft_run.path, copies / "on-ray")
+    status["attempts"][-1].update(launcher="ray_job", address="http://10.0.0.5:8265", job_id="raysubmit_abc123")
+    (copies / "on-ray" / "run.json").write_text(json.dumps(status))
+    job = api.get(f"/api/jobs/{run_uuid(copies / 'on-ray')}").json()
+    assert job["launcher"] == "ray_job" and job["status"] == "done"
+    assert job["links"]["ray_dashboard"] == "http://10.0.0.5:8265/#/jobs/raysubmit_abc123"
+
+
 def test_a_deleted_run_says_so_and_a_broken_folder_does_not_stop_the_server(served, api, copies, sft_run):
     import shutil
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.real_runs import FAST_SFT
-from tests.serve.conftest import server_env, start_server, stop_if_running
+from tests.serve.conftest import end, fake_live_run, server_env, start_server, stop_if_running
 
 from trainctl.serve.store import run_uuid
 
@@ -46,6 +46,7 @@ def _browser_or_skip():
 def site(sft_run, grpo_run, agent_ppo_run, real_home, copies, tmp_path_factory):
     """One server (actions on) and one headless Chromium for the module; every request the pages make is kept."""
     sync_playwright = _browser_or_skip()
+    sleeper = fake_live_run(sft_run.path, copies / "sft-live")  # a running run in the table
     roots = [copies, *(r.path.parent for r in (sft_run, grpo_run, agent_ppo_run))]
     log = tmp_path_factory.mktemp("serve-browser") / "server.log"
     server = start_server(roots, server_env(real_home), copies.parent, "--allow-actions", log=log)
@@ -66,6 +67,7 @@ def site(sft_run, grpo_run, agent_ppo_run, real_home, copies, tmp_path_factory):
         browser.close()
         pw.stop()
         server.stop()
+        end(sleeper)
     outside = [u for u in requests if not u.startswith(server.url + "/") and not u.startswith(("data:", "about:"))]
     assert not outside, f"the pages requested from outside this server: {outside}"
 
@@ -96,8 +98,9 @@ def test_the_runs_table_sorts_and_filters(site, tmp_path):
     server, page, _, problems = site
     page.goto(server.url + "/")
     names = lambda: page.locator("#runs tbody tr:visible td:nth-child(2)").all_inner_texts()  # noqa: E731
-    assert {"sft", "grpo", "agent-ppo"} <= set(names())
-    assert page.locator("#runs tr[data-uuid] .status").first.inner_text() == "done"
+    assert {"sft", "grpo", "agent-ppo", "sft-live"} <= set(names())
+    statuses = dict(zip(names(), page.locator("#runs tbody tr .status").all_inner_texts(), strict=True))
+    assert statuses["grpo"] == "done" and statuses["sft-live"] == "running"
     page.click("th[data-key=name]")
     assert names() == sorted(names(), key=str.lower)
     page.click("th[data-key=name]")

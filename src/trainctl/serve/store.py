@@ -47,11 +47,11 @@ class Entry:
 
     def row(self) -> dict:
         """The run as the table and GET /api/jobs show it (kept until its status is read again)."""
-        cached = self.__dict__.get("_row")
+        cached = self.__dict__.get("_cached_row")
         if cached is not None and cached[0] is self.info:
             return cached[1]
         row = self._row()
-        self.__dict__["_row"] = (self.info, row)
+        self.__dict__["_cached_row"] = (self.info, row)
         return row
 
     def _row(self) -> dict:
