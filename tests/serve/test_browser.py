@@ -72,8 +72,9 @@ def site(sft_run, grpo_run, agent_ppo_run, real_home, copies, tmp_path_factory):
     assert not outside, f"the pages requested from outside this server: {outside}"
 
 
-def _shot(page, name: str, tmp: Path) -> None:
-    for folder in [tmp, *([Path(SHOTS)] if SHOTS else [])]:
+def _shot(page, name: str, tmp: Path, readme: bool = True) -> None:
+    """A screenshot in the test's folder; with TRAINCTL_SCREENSHOTS, the README's ones there too."""
+    for folder in [tmp, *([Path(SHOTS)] if SHOTS and readme else [])]:
         folder.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(folder / f"{name}.png"))
 
@@ -170,5 +171,5 @@ def test_a_quickstart_launched_from_the_form_and_watched_to_done(site, copies, t
     page.wait_for_selector(".chart[data-metric='train/loss'] canvas")
     assert _curve_pixels(page, ".chart[data-metric='train/loss']")[0] > 0  # the one step's point
     assert (copies / "browser-job" / "command.sh").is_file()
-    _shot(page, "run-launched", tmp_path)
+    _shot(page, "run-launched", tmp_path, readme=False)
     assert not problems
