@@ -80,9 +80,9 @@ def server_env(home, **extra: str) -> dict[str, str]:
     return home.env(HF_TOKEN=SERVER_SECRET, **extra)
 
 
-def copy_run(source: Path, target: Path) -> dict:
-    """A copy of a real run (its checkpoints left out) under another name; returns its run.json."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoints"))
+def copy_run(source: Path, target: Path, checkpoints: bool = False) -> dict:
+    """A copy of a real run (its checkpoints left out unless asked for) under another name; returns its run.json."""
+    shutil.copytree(source, target, ignore=None if checkpoints else shutil.ignore_patterns("checkpoints"))
     status = json.loads((target / "run.json").read_text())
     status["name"] = target.name
     (target / "run.json").write_text(json.dumps(status, indent=2))

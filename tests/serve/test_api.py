@@ -97,6 +97,38 @@ def test_checkpoints_with_their_metrics_and_eval_results(api, sft_run, grpo_run)
     assert [c["step"] for c in grpo] == [1, 2] and grpo[0]["parts"] == ["actor"]
 
 
+ACTIONS: dict[str, str] = {}  # the background actions the next test starts, checked at the module's end
+
+
+def test_checkpoint_actions_start_merge_and_eval_and_prune_shows_then_deletes(api, copies, sft_run, grpo_run):
+    """Merge and eval run in the background (`trainctl ckpt merge`, `trainctl eval`) while the module goes on;
+    test_checkpoint_actions_finish checks what they wrote. Prune answers at once."""
+    copy_run(sft_run.path, copies / "sft-ckpt", checkpoints=True)
+    copy_run(grpo_run.path, copies / "grpo-ckpt", checkpoints=True)
+    sft, grpo = run_uuid(copies / "sft-ckpt"), run_uuid(copies / "grpo-ckpt")
+    merge = api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 2, "dtype": "auto"})
+    assert merge.status_code == 202, merge.text
+    assert merge.json()["command"].startswith("trainctl ckpt merge ") and merge.json()["state"] == "running"
+    evaluate = api.post(f"/api/jobs/{grpo}/checkpoints/eval", json={"step": 2, "limit": 2})
+    assert evaluate.status_code == 202, evaluate.text
+    ACTIONS.update(merge=merge.json()["id"], eval=evaluate.json()["id"])
+    assert api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 3}).status_code == 404  # no such step
+
+    prune = copies / "sft-prune"
+    copy_run(sft_run.path, prune, checkpoints=True)
+    uid = run_uuid(prune)
+    shown = api.post(f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1}).json()
+    assert [d["path"] for d in shown["delete"]] == ["checkpoints/global_step_2"] and not shown["deleted"]
+    assert (prune / "checkpoints" / "global_step_2").is_dir()  # shown, not deleted
+    wrong = api.post(f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1, "confirm": []})
+    assert wrong.status_code == 409 and (prune / "checkpoints" / "global_step_2").is_dir()
+    done = api.post(
+        f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1, "confirm": ["checkpoints/global_step_2"]}
+    )
+    assert done.json()["deleted"] and not (prune / "checkpoints" / "global_step_2").exists()
+    assert (prune / "checkpoints" / "global_step_4").is_dir()
+
+
 def test_log_config_and_files(api, grpo_run, copies):
     uid = run_uuid(grpo_run.path)
     log = api.get(f"/api/jobs/{uid}/log", params={"tail": 5}).json()
@@ -341,3 +373,21 @@ def test_a_job_created_started_and_finished_through_the_api(api, copies):
     assert [r["step"] for r in api.get(f"/api/jobs/{job['uuid']}/metrics").json()] == [1]
     assert [c["step"] for c in api.get(f"/api/jobs/{job['uuid']}/checkpoints").json()] == [1]
     assert api.post(f"/api/jobs/{job['uuid']}/start", json={}).status_code == 409  # started already
+
+
+def test_checkpoint_actions_finish(api, copies):
+    """The merge and the eval started above: each ran to its end, and wrote what the commands write."""
+    states = {}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = {k: api.get(f"/api/actions/{aid}").json() for k, aid in ACTIONS.items()}
+        if all(a["state"] != "running" for a in states.values()):
+            break
+        time.sleep(1)
+    assert states["merge"]["state"] == "done", states["merge"]["output"]
+    assert (copies / "sft-ckpt" / "checkpoints" / "global_step_2-hf" / "config.json").is_file()
+    assert states["eval"]["state"] == "done", states["eval"]["output"]
+    ckpts = api.get(f"/api/jobs/{run_uuid(copies / 'grpo-ckpt')}/checkpoints").json()
+    scores = {c["step"]: c["eval_results"] for c in ckpts}
+    assert "eval/arith/acc" in scores[2] and scores[1] == {}
+    assert api.get("/api/actions/nope").status_code == 404
