@@ -3,6 +3,7 @@ job (the quickstart SFT, one step) created, started and watched to its end throu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -205,21 +206,25 @@ class Events:
         self.thread.start()
 
     def _read(self, url, headers):
-        with httpx.Client(timeout=None) as c, c.stream("GET", url, headers=headers) as r:
-            assert r.status_code == 200
-            kind, data, eid = None, None, None
-            for line in r.iter_lines():
-                if self.stop.is_set():
-                    return
-                if line.startswith("event: "):
-                    kind = line[7:]
-                elif line.startswith("data: "):
-                    data = json.loads(line[6:])
-                elif line.startswith("id: "):
-                    eid = line[4:]
-                elif line == "" and kind:
-                    self.events.put((time.monotonic(), kind, data, eid))
-                    kind = data = None
+        try:
+            with httpx.Client(timeout=None) as c, c.stream("GET", url, headers=headers) as r:
+                assert r.status_code == 200
+                self.response = r
+                kind, data, eid = None, None, None
+                for line in r.iter_lines():
+                    if self.stop.is_set():
+                        return
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: "):
+                        data = json.loads(line[6:])
+                    elif line.startswith("id: "):
+                        eid = line[4:]
+                    elif line == "" and kind:
+                        self.events.put((time.monotonic(), kind, data, eid))
+                        kind = data = None
+        except httpx.HTTPError:  # closed: by close(), or by the server stopping at the module's end
+            return
 
     def next(self, kind: str, timeout: float) -> tuple[float, dict, str]:
         deadline = time.monotonic() + timeout
@@ -235,7 +240,12 @@ class Events:
                 return at, data, eid
 
     def close(self):
+        """Drop the connection, as a browser tab that is closed does."""
         self.stop.set()
+        response = getattr(self, "response", None)
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
 
 
 def _append(path: Path, text: str) -> float:
@@ -269,6 +279,13 @@ def test_the_stream_delivers_a_new_metrics_line_within_a_second_and_resumes_with
     try:
         _, data, _ = again.next("metrics", 5)
         assert data["steps"] == [6]  # step 5 is not sent again; step 6, written while away, is not skipped
+        # the live view's alerts and the log, as they happen
+        _append(metrics, '{"step": 7, "data": {"train/loss": null}}\n')
+        alert = again.next("alert", 5)[1]
+        assert alert["kind"] == "nonfinite" and "train/loss" in alert["message"] and alert["hint"]
+        _append(live / "logs" / "attempt-1.log", "torch.OutOfMemoryError: CUDA out of memory\n")
+        assert again.next("log", 5)[1]["lines"] == ["torch.OutOfMemoryError: CUDA out of memory"]
+        assert again.next("alert", 5)[1]["kind"] == "oom"
     finally:
         again.close()
 
