@@ -29,7 +29,12 @@ TEXT_REWARD = Path(__file__).parent / "eval" / "text_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
 FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
-FAST_RL = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score"]
+# the GRPO recipe at 4 samples per prompt and a learning rate of 1e-4 (its own settings, 8 and 1e-2, are for learning:
+# tests/launch/test_faults.py), 2 steps
+FAST_RL = [
+    "recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score",
+    "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-4",
+]  # fmt: skip
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 # failed_run's HF_TOKEN and run.project: it must appear in none of its files
 SECRET = "hf_secretvalue123456"
@@ -150,11 +155,19 @@ def validation_dir(run: RealRun) -> Path:
 
 @pytest.fixture(scope="session")
 def dpo_run(real_home, tmp_path_factory) -> RealRun:
-    """TRL DPO, 16 steps, checkpoints at 8 and 16, logger=console, stdout a pipe (plain progress lines)."""
+    """TRL DPO, 16 steps, checkpoints at 8 and 16, held-out pairs evaluated before training and at 8 and 16 (the
+    learning test's), logger=console, stdout a pipe (plain progress lines)."""
     return shared_train(
-        tmp_path_factory, real_home, "dpo", *FAST_DPO, "run.save_every=8", "logger=console",
+        tmp_path_factory, real_home, "dpo", *FAST_DPO, "run.save_every=8", "run.val_every=8", "logger=console",
         TRAINCTL_PROGRESS_EVERY="0",
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(real_home, tmp_path_factory) -> RealRun:
+    """`trainctl train recipe=quickstart` as the README shows it: 48 steps, validation every 16 (the SFT learning
+    test's run); stdout a pipe."""
+    return shared_train(tmp_path_factory, real_home, "quickstart", "recipe=quickstart", TRAINCTL_PROGRESS_EVERY="0")
 
 
 @pytest.fixture(scope="session")

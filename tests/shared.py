@@ -39,3 +39,12 @@ def once(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
     if kind == "failed":
         pytest.fail(f"{name}, made once for the session by another worker, failed: {value}"[:8000])
     return value
+
+
+def install_entry_point(site: Path, dist: str, group: str, name: str, value: str) -> None:
+    """What `pip install` of a package `dist` declaring the entry point `name = value` in `group` leaves in
+    site-packages (put `site` on sys.path to have it installed)."""
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from trainctl.errors import TrainctlError
 
-# what a run's loss is called, by trainer (the last resort of run_summary when the family is unknown)
+# what a run's loss is called, by trainer (the last resort of run_summary when no key metric was logged)
 LOSS_KEYS = ("train/loss", "actor/pg_loss", "critic/vf_loss", "train/rewards/accuracies")
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -113,13 +116,18 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / span * (len(_BARS) - 1)))] for v in values)
 
 
-def run_summary(run_dir: Path, family: str | None = None) -> list[str]:
-    """The end-of-run lines: the loss (and for RL the reward) from first to last step, with a sparkline."""
-    from trainctl.runs.keys import key_metrics
+class KeyMetricLike(Protocol):
+    """A metric under the trainer's own names (trainctl.runs.keys.KeyMetric)."""
 
+    def pick(self, present: set[str]) -> str | None: ...
+
+
+def run_summary(run_dir: Path, key_metrics: Sequence[KeyMetricLike]) -> list[str]:
+    """The end-of-run lines: the first two key metrics of the run's family (trainctl.runs.keys.key_metrics: the
+    loss, and for RL the reward) from first to last step, with a sparkline."""
     metrics = read_metrics(run_dir)
     present = {k for m in metrics.values() for k in m}
-    keys = [k for km in key_metrics(family)[:2] if (k := km.pick(present))]
+    keys = [k for km in key_metrics[:2] if (k := km.pick(present))]
     if not keys:
         keys = [k for k in LOSS_KEYS if k in present][:1]
     lines = []
@@ -136,4 +144,41 @@ def run_summary(run_dir: Path, family: str | None = None) -> list[str]:
             f"(min {min(values):.4g}, max {max(values):.4g})",
             "  " + sparkline(values),
         ]
+    return lines
+
+
+# what a run scored on held-out data, by trainer: verl's validation (PPO family: val-core/<source>/acc/mean@1 and the
+# reward, val-aux/<source>/reward/mean@1; SFT: val/loss), TRL's evaluation (eval/loss, eval/rewards/accuracies and
+# margins), and `trainctl eval`'s (eval/<data>/acc and format, written to <run>/eval/metrics.jsonl)
+HELD_OUT = re.compile(
+    r"^(val-core/.+/acc/mean@\d+|val-aux/.+/reward/mean@\d+|val/loss|eval/loss|eval/rewards/(accuracies|margins)"
+    r"|eval/[^/]+/(acc|format))$"
+)
+
+
+def held_out(run_dir: Path) -> dict[int, dict]:
+    """step -> the held-out metrics of a run: its own validation's, and `trainctl eval`'s of its checkpoints."""
+    metrics = read_metrics(run_dir)
+    evaluated = Path(run_dir) / "eval" / "metrics.jsonl"
+    if evaluated.is_file():
+        for step, values in read_jsonl(evaluated).items():
+            metrics.setdefault(step, {}).update(values)
+    out: dict[int, dict] = {}
+    for step, values in metrics.items():
+        kept = {k: v for k, v in values.items() if HELD_OUT.match(k) and isinstance(v, int | float)}
+        if kept:
+            out[step] = kept
+    return dict(sorted(out.items()))
+
+
+def before_after(run_dir: Path) -> list[str]:
+    """One line per held-out metric measured at two steps or more: its first and last value, e.g.
+    `val-core/openai/gsm8k/acc/mean@1 0.05 -> 0.41 (step 0 -> 20)`."""
+    metrics = held_out(run_dir)
+    lines = []
+    for name in sorted({k for values in metrics.values() for k in values}):
+        points = series(metrics, name)
+        if len(points) >= 2:
+            (s0, v0), (s1, v1) = points[0], points[-1]
+            lines.append(f"{name} {v0:.4g} -> {v1:.4g} (step {s0} -> {s1})")
     return lines

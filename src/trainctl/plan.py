@@ -19,6 +19,7 @@ from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
 from trainctl.checks import data, dpo, environment, files, lora, memory, ppo, reward, sft, tools, types, values
 from trainctl.checks.base import Number, Subject
+from trainctl.ckpt.lineage import Lineage, from_runs
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
 from trainctl.config.overrides import Override
@@ -37,6 +38,7 @@ class Plan:
     launching: bool = False
     problems: list[Problem] = field(default_factory=list)
     numbers: list[Number] = field(default_factory=list)
+    lineage: Lineage | None = None  # the run (or checkpoint) the model comes from: model=runs/NAME
 
     @property
     def cfg(self) -> Config:
@@ -122,8 +124,14 @@ def resolve(
     With raise_errors=False, unknown backend keys stay in plan.problems (the training checks can still run on
     the rest); a value of the wrong type always raises, since arithmetic on it would be meaningless.
     """
-    loaded = load(overrides, search)
-    plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching)
+    # model=runs/NAME: the run's latest checkpoint, merged into the cache, is the model (trainctl.ckpt.lineage)
+    words, lineage = from_runs([o.raw if isinstance(o, Override) else str(o) for o in overrides])
+    loaded = load(words, search)
+    # the reward kind translates its own settings: they must be what it declares before anything is built
+    found = reward.section(loaded.cfg, loaded.comp)
+    if found:
+        raise ConfigProblems(found)
+    plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching, lineage=lineage)
     plan.problems += values.checks(loaded.cfg, loaded.comp)
     if strict:
         plan.raise_for_errors()

@@ -218,3 +218,29 @@ def test_a_reward_manager_set_by_hand_conflicts_with_the_judge(cli, tiny_model, 
         "reward.reward_manager.name = 'dapo' (set in command line) would replace trainctl's judge reward manager.",
         "drop reward.reward_manager.name, or score with reward=rule / reward=fn",
     )
+
+
+# -- the kind and its settings (trainctl.checks.reward.section, before the backend config is built) -------------
+
+
+def test_an_unknown_kind_and_settings_of_the_wrong_kind_or_type(cli, no_processes):
+    one_error(cli("config", "validate", "algorithm=grpo", "reward.kind=jugde"), "unknown reward kind 'jugde'.")
+    misspelt = cli("config", "validate", "algorithm=grpo", "reward=judge", "reward.rubrik=be kind")
+    one_error(misspelt, "unknown config key 'reward.rubrik'.")
+    assert "Did you mean 'reward.rubric'?" in misspelt.stderr
+    one_error(
+        cli("config", "validate", "algorithm=grpo", "reward=judge", "reward.mode=groop"),
+        "reward.mode = 'groop' is not one of: group, single.",
+        "reward.mode=group",
+    )
+    one_error(
+        cli("config", "validate", "algorithm=grpo", "reward.micro_batch_size=4"),
+        "reward.micro_batch_size is set (4), but reward=rule does not read it.",
+        "reward=model, or drop reward.micro_batch_size",
+    )
+
+
+def test_verls_own_reward_keys_stay_verls(cli):
+    shown = cli("config", "show", "algorithm=grpo", "reward.num_workers=3", "--backend")
+    assert shown.exit_code == 0, shown.output
+    assert "num_workers: 3" in shown.stdout

@@ -74,3 +74,12 @@ def test_a_users_option_shadows_the_built_in_one(tmp_path):
     )
     assert load(["hardware=8gpu"], search).cfg.hardware.gpus_per_node == 6
     assert load(["hardware=8gpu"]).cfg.hardware.gpus_per_node == 8
+
+
+def test_a_reward_kinds_settings_sit_beside_kind_and_verls_reward_keys_stay_verls():
+    assert declares("reward.kind") and declares("reward.url") and declares("reward.target_chars")
+    assert not declares("reward.num_workers") and not declares("reward.reward_manager.name")
+    assert not declares("reward.url.x")
+    reward = load(["reward=judge", "reward.url=http://127.0.0.1:9/v1"]).cfg.reward
+    assert (reward.name, reward.kind) == ("judge", "judge")
+    assert reward.settings["url"] == "http://127.0.0.1:9/v1" and reward.settings["mode"] == "group"

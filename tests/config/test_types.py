@@ -119,6 +119,19 @@ def test_ranges_read_from_post_init():
     assert set(r) == {"a", "b", "c", "d", "e"}  # `if self.a > 10: print(...)` says nothing
 
 
+def test_choices_written_as_a_set_keep_the_written_order():
+    """A set's iteration order changes with the hash seed: the schemas trainctl ships must not."""
+
+    @dataclass
+    class Action:
+        action: str = "zeta"
+
+        def __post_init__(self):
+            assert self.action in {"zeta", "alpha", "mid", "beta"}
+
+    assert post_init_ranges(Action)["action"] == Range(choices=("zeta", "alpha", "mid", "beta"))
+
+
 def test_a_guarded_range_holds_when_the_value_is_set():
     r = post_init_ranges(Outer)
     assert r["rate"] == Range(lo=0)

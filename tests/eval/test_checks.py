@@ -102,3 +102,13 @@ def test_help_is_instant_and_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Score a model, a run or a checkpoint" in out
     assert out.strip().endswith("[]"), out
+
+
+def test_a_reward_model_served_by_verl_cannot_score_here(cli, tiny_model, arith_data):
+    """The reward kind says so before anything loads: eval scores in its own process."""
+    result = cli("eval", "tiny", "data=arith", "reward=model", "reward.model=tiny-rm", "hardware.rollout_engine=vllm")
+    assert result.exit_code == 1
+    assert "eval scores in this process; reward=model on vllm/sglang is served by verl's reward-model servers." in (
+        result.stderr
+    )
+    assert "hardware.rollout_engine=hf" in result.stderr

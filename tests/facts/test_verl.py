@@ -53,3 +53,16 @@ def test_scored_data_sources_match_verls_dispatch():
         raise AssertionError("verl scored an unknown data_source")
     except NotImplementedError:
         pass
+
+
+def test_the_reward_node_keys_are_verls():
+    """Every key directly under verl's `reward` node is one trainctl leaves to verl on the command line."""
+    import dataclasses
+
+    from verl.workers.config import RewardConfig
+
+    from trainctl.backends.verl import verl_default_tree
+
+    node = set(verl_default_tree("ppo_trainer")["reward"]) - {"_target_"}
+    fields = {f.name for f in dataclasses.fields(RewardConfig) if not f.name.startswith("_")}
+    assert node | fields | {"reward_kwargs"} == set(facts.REWARD_NODE_KEYS)

@@ -17,7 +17,10 @@ from trainctl.metrics import read_metrics
 
 __all__ = ["FAST_DPO", "FAST_SFT"]
 
-RUN = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2"]
+# the GRPO recipe at the settings these tests were written for (the recipe's own, 8 samples per prompt at a learning
+# rate of 1e-2, are the learning test's: tests/launch/test_faults.py): 4 samples, 1e-4, 2 steps
+AT_4 = ["actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-4"]
+RUN = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2", *AT_4]
 
 
 @pytest.fixture

@@ -1,29 +1,37 @@
-"""trainctl.launchers: the registry, and a launcher from outside the package (tests/launchers/toy_launcher.py)
-driven through the real CLI: config validate, train --dry-run, train, runs ls, runs stop."""
+"""trainctl.launchers: the registry, and a launcher from outside the package (tests/launchers/toy_launcher.py),
+installed as a user's package is (an entry point in the group trainctl.launchers), driven through the real CLI:
+config validate, train --dry-run, train, runs ls, runs stop."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
+from tests.shared import install_entry_point
 from trainctl import launchers
 from trainctl.errors import TrainctlError
 
 TOY = ["recipe=quickstart", "hardware.launcher=toy", "run.name=queued"]
+MODULE = "tests.launchers.toy_launcher"
 
 
 @pytest.fixture(autouse=True)
 def registry(monkeypatch):
-    """What a test registers leaves with it: the registry, the plugin cache and the imported plugin module."""
-    import sys
-
-    from trainctl import plugins
-
+    """The registry as a new process has it, and so again after the test: the toy module not imported."""
+    for name in launchers.BUILTIN:
+        launchers.get(name)  # the shipped ones registered before the copy the test may add to
     monkeypatch.setattr(launchers, "_REGISTRY", dict(launchers._REGISTRY))
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
     yield
-    plugins._load.cache_clear()
-    sys.modules.pop("tests.launchers.toy_launcher", None)
+    sys.modules.pop(MODULE, None)
+
+
+def install(site: Path, monkeypatch, entry: str = MODULE) -> None:
+    install_entry_point(site, "toy-queue", "trainctl.launchers", "toy", entry)
+    monkeypatch.syspath_prepend(str(site))
 
 
 def test_the_shipped_launchers_and_an_unknown_name():
@@ -35,18 +43,19 @@ def test_the_shipped_launchers_and_an_unknown_name():
     assert e.value.hint == "hardware.launcher=ray_job"
 
 
-def test_a_plugin_that_cannot_be_imported_is_named(cli, monkeypatch, no_processes):
-    monkeypatch.setenv("TRAINCTL_PLUGINS", "tests.launchers.no_such_module")
+def test_a_package_whose_launcher_does_not_import(cli, tmp_path, monkeypatch, no_processes):
+    install(tmp_path / "site", monkeypatch, "toy_queue_missing.launcher")
     result = cli("config", "validate", "recipe=quickstart", "hardware.launcher=toy")
     assert result.exit_code == 1
-    assert "the trainctl plugin tests.launchers.no_such_module (TRAINCTL_PLUGINS) cannot be imported" in result.stderr
+    assert "launcher 'toy' does not import: ModuleNotFoundError: No module named 'toy_queue_missing'" in result.stderr
+    assert "Hint: fix the package, or uninstall it: pip uninstall toy-queue" in result.stderr
 
 
-def test_a_launcher_from_a_plugin_validates_plans_runs_and_stops(cli, tiny_model, arith_data, monkeypatch, tmp_path):
+def test_an_installed_launcher_validates_plans_runs_and_stops(cli, tiny_model, arith_data, monkeypatch, tmp_path):
     without = cli("config", "validate", *TOY)
     assert without.exit_code == 1 and "hardware.launcher = 'toy' is not one of" in without.stderr
 
-    monkeypatch.setenv("TRAINCTL_PLUGINS", "tests.launchers.toy_launcher")
+    install(tmp_path / "site", monkeypatch)
     assert cli("config", "validate", *TOY).exit_code == 0
     plan = cli("train", *TOY, "--dry-run")
     assert plan.exit_code == 0, plan.output

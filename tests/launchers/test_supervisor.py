@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import shutil
 import sys
+
+import pytest
 
 from trainctl.launchers.supervisor import Supervisor
 
@@ -20,8 +23,21 @@ def test_output_goes_to_the_terminal_and_the_log_with_secrets_redacted(tmp_path)
     assert outcome.tail[-1] == "token ***"
 
 
-def test_a_command_that_does_not_exist_fails_with_its_exit_code(tmp_path):
-    outcome = Supervisor(
-        [sys.executable, "-c", "raise SystemExit(0)"], {"PATH": "/usr/bin:/bin"}, tmp_path / "a.log", echo=io.StringIO()
-    ).run()
-    assert outcome.exit_code == 0
+@pytest.mark.parametrize(
+    "how",
+    [
+        # a launcher script or a job entrypoint (a shell line) that names a command not installed: the shell's 127
+        "through a shell",
+        # the trainer's program itself is not there: the same exit code and line, from the supervisor
+        "as the program",
+    ],
+)
+def test_a_command_that_does_not_exist_fails_with_its_exit_code(tmp_path, how):
+    missing = "trainctl-no-such-command"
+    assert shutil.which(missing, path="/usr/bin:/bin") is None
+    argv = ["/bin/sh", "-c", missing] if how == "through a shell" else [missing]
+    log = tmp_path / "a.log"
+    outcome = Supervisor(argv, {"PATH": "/usr/bin:/bin"}, log, echo=io.StringIO()).run()
+    assert outcome.exit_code == 127 and outcome.interrupted is None
+    assert missing in outcome.tail[-1] and "not found" in outcome.tail[-1]
+    assert missing in log.read_text()

@@ -1,5 +1,5 @@
-"""A launcher from outside the package, as a user's plugin would be (TRAINCTL_PLUGINS=tests.launchers.toy_launcher):
-it 'submits' the run to a queue that is a folder, and answers for its status and a stop from there."""
+"""A launcher from outside the package, as a user's package adds one (an entry point `toy` in the group
+trainctl.launchers): it 'submits' the run to a queue that is a folder, and answers for its status and a stop."""
 
 from __future__ import annotations
 

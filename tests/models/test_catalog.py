@@ -42,3 +42,25 @@ def test_rm_keeps_folders_trainctl_did_not_make(cli, tmp_path):
     assert result.exit_code == 1
     assert f"{mine} was not made by trainctl (no trainctl-model.json): not removing it." in result.stderr
     assert mine.exists()
+
+
+def test_the_users_own_model_options_are_listed_and_found(cli, tiny_model, isolated, tmp_path):
+    """A model option in ./conf or a --config-dir: `model ls` lists it, `model info` and `model rm` find it."""
+    from pathlib import Path
+
+    for folder, name in ((Path.cwd() / "conf", "ours"), (tmp_path / "team-conf", "theirs")):
+        (folder / "model").mkdir(parents=True)
+        (folder / "model" / f"{name}.yaml").write_text(f"defaults:\n  - tiny\n  - _self_\nname: {name}\n")
+    listed = cli("model", "ls").stdout
+    assert "ours" in listed.split() and "theirs" not in listed.split()
+    shutil.copytree(tiny_model, isolated / "models" / "theirs")
+    out = cli("model", "ls", "--config-dir", str(tmp_path / "team-conf")).stdout
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:] if ln.strip()}
+    assert "complete" in lines["theirs"] and lines["ours"].split()[1:4] == ["causal-lm", "-", "-"]
+    info = cli("model", "info", "theirs", "--config-dir", str(tmp_path / "team-conf"))
+    assert info.exit_code == 0 and "Qwen2ForCausalLM" in info.stdout, info.output
+    unknown = cli("model", "info", "theirs")
+    assert unknown.exit_code == 1 and "unknown model 'theirs'" in unknown.stderr
+    removed = cli("model", "rm", "theirs", "--yes", "--config-dir", str(tmp_path / "team-conf"))
+    assert removed.exit_code == 0, removed.output
+    assert not (isolated / "models" / "theirs").exists()

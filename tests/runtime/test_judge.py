@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from trainctl.config.reward import TEMPLATES_DIR
+from trainctl.backends.rewards.judge import TEMPLATES_DIR
 from trainctl.runtime import judge
 
 TASK = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -151,7 +151,8 @@ def test_managers_load_the_way_verl_loads_them():
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
     from verl.utils.import_utils import load_extern_object
 
-    from trainctl.config.reward import MANAGERS
+    from trainctl.backends.rewards import judge as judge_kind
+    from trainctl.backends.rewards import model as model_kind
 
-    for module, name in MANAGERS.values():
+    for module, name in (judge_kind.MANAGER, model_kind.MANAGER):
         assert issubclass(load_extern_object(module_path=module, object_name=name), RewardManagerBase)

@@ -1,10 +1,13 @@
-"""trainctl's verl patches are pinned to verl 0.9.1's source: a verl upgrade that changes it fails here."""
+"""trainctl's verl patches are pinned to verl 0.9.1's source: a verl upgrade that changes it fails here. The
+plugin applies each set only when asked, and the trainer's metrics are wrapped once for every metric set."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import inspect
+import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +36,16 @@ PINNED = {
     ("verl.workers.engine.fsdp.transformer_impl", "logprobs_from_logits"): (
         "dffd21fe40eb806b45d740d0753a7f969889366c80e32e354988cc20f1e9d726"
     ),
+    # the trainer's metrics, with the figures trainctl adds to the training log
+    (verl_patches.TRAINER, "compute_data_metrics"): (
+        "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
+    ),
+    (verl_patches.TRAINER, "PPOTrainer._compute_metrics"): (
+        "9c5c555787889555c5bd77e59f57b87d03a08e0449903a63e26186d6f511fcec"
+    ),
+    (verl_patches.TRAINER, "PPOTrainer._validate"): (
+        "f1d58a70e91d7883d78f827c5fb583094ae307c85f6e50ec7a6b4e44092f5bfa"
+    ),
 }
 # where a patched name is not a verl function, the verl code that uses it
 _PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
@@ -52,7 +65,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     import verl
 
     assert verl.__version__ == verl_patches.VERL_VERSION
-    assert set(PINNED) == set(verl_patches.PATCHES)
+    assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"
@@ -65,16 +78,6 @@ def test_the_backend_string_verl_builds_still_names_the_device_twice():
     fn = verl_patches.original("verl.utils.distributed", "initialize_global_process_group")
     src = inspect.getsource(fn or dist.initialize_global_process_group)
     assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in src
-
-
-def test_plugin_is_inert_without_verl_platform_cpu(plugin_probe):
-    facts = plugin_probe()
-    assert (facts["cpu_platform_installed"], facts["cpu_platform_registered"]) == (False, False)
-
-
-def test_plugin_selects_the_cpu_platform_when_asked(plugin_probe):
-    facts = plugin_probe(VERL_PLATFORM="cpu")
-    assert (facts["device"], facts["cpu_fsdp2_engine"]) == (["cpu", "gloo"], True)
 
 
 def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
@@ -108,11 +111,6 @@ def test_the_replay_buffer_is_patched_when_imported_and_polls_quickly_only_on_cp
         deferred = not facts["replay_buffer_imported"] and not facts["replay_buffer_imported_after_apply"]
         got = (deferred, facts["replay_buffer_patched"], facts["poll_interval"], facts["poll_interval_given"])
         assert got == (True, True, interval, 1.5), env
-
-
-def test_the_hf_rollout_plugs_into_verls_registries(plugin_probe):
-    """verl finds trainctl's rollout through its own registries, in every process the plugin is loaded in."""
-    assert plugin_probe(VERL_PLATFORM="cpu")["hf_rollout"] == ["HFServerAdapter", "HFReplica"]
 
 
 def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched(plugin_probe):
@@ -168,3 +166,71 @@ def test_the_log_probs_patch_runs_verls_own_code_off_the_cpu_platform_and_for_bf
         monkeypatch.setattr(verl_patches, "_on_cpu", lambda on_cpu=on_cpu: on_cpu)
         patched(logits.to(dtype), labels)
     assert calls == ["chunks", "verl", "verl"]
+
+
+def test_the_plugin_wraps_the_trainer_only_when_trainctl_asks(plugin_probe):
+    plain, asked = plugin_probe(), plugin_probe(TRAINCTL_REWARD_KIND="judge")
+    assert [plain["compute_data_metrics"], plain["compute_metrics"]] == [
+        "compute_data_metrics",
+        "verl.trainer.ppo.v1.trainer_base",
+    ]
+    assert [asked["compute_data_metrics"], asked["compute_metrics"]] == [
+        "compute_data_metrics_with_reward",
+        "trainctl.runtime.verl_patches",
+    ]
+
+
+def test_the_plugin_wraps_the_trainer_only_for_runs_with_tools(plugin_probe):
+    assert plugin_probe()["validate"] == "verl.trainer.ppo.v1.trainer_base"
+    assert plugin_probe(TRAINCTL_TOOL_CALLS="calls")["validate"] == "trainctl.runtime.verl_patches"
+
+
+def test_with_reward_and_tools_the_step_is_wrapped_once_and_gets_both_sets(tmp_path, monkeypatch):
+    """One wrapper per verl function whichever sets are on: verl's figures first, then the reward's, then the
+    tools'; a set that fails is a warning, and the others still report."""
+    from trainctl.runtime import reward_metrics
+    from trainctl.runtime.reward_metrics import RewardMetrics
+    from trainctl.runtime.tool_metrics import ToolMetrics
+
+    class Trainer:
+        def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+            metrics["verl"] = 1.0
+            return "verl's result"
+
+        def _validate(self):
+            return {"val-core/acc": 0.5}
+
+    def compute_data_metrics(batch, use_critic=True):
+        return {"critic/score/mean": 1.0}
+
+    def judge_metrics(step):
+        if step == 2:
+            raise RuntimeError("no hub")
+        return {"reward/judge/failures": 0.0}
+
+    monkeypatch.setenv(RewardMetrics.ENV, "judge")
+    monkeypatch.setenv(ToolMetrics.ENV, str(tmp_path))
+    monkeypatch.setattr(reward_metrics, "judge_metrics", judge_metrics)
+    monkeypatch.setattr(verl_patches, "_APPLIED", {})
+    monkeypatch.setattr(verl_patches, "metric_sets", functools.cache(verl_patches.metric_sets.__wrapped__))
+    module = SimpleNamespace(PPOTrainer=Trainer, compute_data_metrics=compute_data_metrics)
+    verls = Trainer._compute_metrics
+    wanted = tuple(verl_patches.METRIC_PATCHES)
+    verl_patches._patch_module(module, wanted, name=verl_patches.TRAINER)
+    verl_patches._patch_module(module, wanted, name=verl_patches.TRAINER)  # applied once, however often asked
+    assert verl_patches.original(verl_patches.TRAINER, "PPOTrainer._compute_metrics") is verls
+
+    import torch
+
+    scores = torch.zeros(2, 3)
+    scores[:, -1] = torch.tensor([0.0, 2.0])
+    data = module.compute_data_metrics(batch=SimpleNamespace(batch={"token_level_scores": scores}))
+    assert data == {"critic/score/mean": 1.0, "reward/judge/mean": 1.0, "reward/judge/std": 1.0}
+    (tmp_path / "calls-1.jsonl").write_text(json.dumps({"tool": "c", "trajectory": "t1"}) + "\n")
+    metrics: dict = {}
+    assert Trainer()._compute_metrics(SimpleNamespace(tags=[{}, {}]), metrics, {}, 1, 0) == "verl's result"
+    assert list(metrics)[:3] == ["verl", "reward/judge/failures", "tool/calls"]
+    assert metrics["tool/calls_per_trajectory"] == 0.5
+    metrics = {}
+    Trainer()._compute_metrics(SimpleNamespace(tags=[{}]), metrics, {}, 2, 0)  # the judge's figures fail: a warning
+    assert "reward/judge/failures" not in metrics and metrics["tool/calls"] == 0.0

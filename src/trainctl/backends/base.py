@@ -111,19 +111,18 @@ class Backend:
     def build(self, cfg: Config, comp: Composition, problems: list[Problem]) -> BuiltConfig:
         """The backend config. Unknown keys are reported in `problems` and left out, so later checks still run."""
         mapped = resolve_mapping(comp, cfg.to_dict(), self.mapping, problems)
+        origins: dict[str, str] = {path: f"conf/mapping/{self.mapping}.yaml" for path, _ in flatten(mapped)}
+        for tree, origin in self.translate(cfg, comp):
+            merge(mapped, tree)  # where the mapping table would have put them, for the raw command's order
+            origins.update((path, origin) for path, _ in flatten(tree))
         user, user_origin = resolve_node(comp, self.node, problems)
         choices = {k: user.pop(k) for k in self.group_keys if isinstance(user.get(k), str)}
         base = self.defaults(choices)
         known = self.known_keys(choices)
 
         leaves: dict[str, Any] = {}
-        origins: dict[str, str] = {}
         for path, value in flatten(mapped):
             leaves[path] = value
-            origins[path] = f"conf/mapping/{self.mapping}.yaml"
-        for path, (value, origin) in self.computed(cfg).items():
-            leaves[path] = value
-            origins[path] = origin
         for path, value in flatten(user):
             leaves.pop(path, None)  # keep the order in which a user would read it
             leaves[path] = value
@@ -153,11 +152,11 @@ class Backend:
         OmegaConf.set_struct(built, True)
         return BuiltConfig(cfg=built, leaves=leaves, origins=origins, added=added, defaults=self.default_tree(choices))
 
-    def computed(self, cfg: Config) -> dict[str, tuple[Any, str]]:
-        """Backend keys computed from the trainctl config in Python, where a line of the mapping table would have to
-        hold translation logic: path -> (value, the origin `config show --origin` names). They sit between the
-        mapping table and the keys under the backend's node (which win)."""
-        return {}
+    def translate(self, cfg: Config, comp: Composition) -> list[tuple[dict, str]]:
+        """Backend keys set in Python rather than by the mapping table, each tree with the origin the plan names
+        (a reward kind's keys: trainctl.backends.rewards; the tools section's: trainctl.backends.tools). They go over
+        the mapping table, under the user's keys."""
+        return []
 
     def declares(self, defaults: dict, path: str) -> bool:
         """Whether the backend's config classes declare a key its default YAML leaves out (a verl dataclass field,
@@ -247,12 +246,22 @@ def resolve_node(comp: Composition, node: str, problems: list[Problem]) -> tuple
                     value = OmegaConf.to_container(value, resolve=True)
             except OmegaConfBaseException:
                 pass  # left for the backend to resolve
-        _set(out, path, value)
+        set_path(out, path, value)
     cli = {b.path: COMMAND_LINE for b in comp.backend_overrides}
     return out, cli
 
 
-def _set(tree: dict, path: str, value: Any) -> None:
+def merge(into: dict, tree: dict) -> None:
+    """Merge a nested dict into another, in place: its leaves win, its new keys go last."""
+    for k, v in tree.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            merge(into[k], v)
+        else:
+            into[k] = v
+
+
+def set_path(tree: dict, path: str, value: Any) -> None:
+    """Set a dotted path in a nested dict, making the dicts on the way."""
     parts = path.split(".")
     for p in parts[:-1]:
         tree = tree.setdefault(p, {})

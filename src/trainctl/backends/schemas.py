@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def _ranges(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str
 
 
 # Schemas of the backend versions trainctl pins, shipped with it (written by `make schemas`, compared with a fresh
-# read by tests/facts/test_schemas.py): the first check on a new machine needs no import of verl or TRL.
+# read by tests/backends/test_schemas.py): the first check on a new machine needs no import of verl or TRL.
 SHIPPED = Path(__file__).resolve().parent.parent / "facts" / "schemas"
 
 
@@ -98,10 +99,19 @@ def _locate(dotted: str):
 _MEMO: dict[str, BackendSchemas] = {}
 
 
+def verl_config_dir() -> Path:
+    """The installed verl's own config folder (its Hydra YAML: the defaults trainctl.backends.verl composes, and the
+    `_target_`s that name the dataclasses read here), found without importing verl."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        from trainctl.errors import TrainctlError
+
+        raise TrainctlError("verl is not installed.", hint="pip install 'verl[verl-core]==0.9.1' (or: make install)")
+    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+
+
 def verl_schemas() -> BackendSchemas:
     """Every dataclass a `_target_` in verl's config folder names, with the ones their fields name."""
-    from trainctl.backends.verl import verl_config_dir
-
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
     portable = repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import pickle
 import shlex
 from functools import lru_cache
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from trainctl import launchers, paths
-from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, torchrun_for
+from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, set_path, torchrun_for
+from trainctl.backends.schemas import verl_config_dir
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.facts import verl as verl_facts
@@ -26,15 +26,6 @@ from trainctl.facts import verl as verl_facts
 if TYPE_CHECKING:
     from trainctl.config.compose import Composition
     from trainctl.config.schema import Config
-
-
-def verl_config_dir() -> Path:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        from trainctl.errors import TrainctlError
-
-        raise TrainctlError("verl is not installed.", hint="pip install 'verl[verl-core]==0.9.1' (or: make install)")
-    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
 def verl_keys(config_name: str, overrides: tuple[str, ...] = ()) -> set[str]:
@@ -177,12 +168,24 @@ class VerlPPO(_Verl):
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return verl_defaults("ppo_trainer", _overrides(group_choices))
 
-    def computed(self, cfg: Config) -> dict[str, tuple[object, str]]:
-        """The tools section's keys (multi_turn, the agent loop, the trajectory dump): trainctl.backends.tools."""
-        from trainctl.backends.tools import verl_keys
+    def translate(self, cfg: Config, comp: Composition) -> list[tuple[dict, str]]:
+        """The reward kind's keys (how verl scores responses: trainctl.backends.rewards) and the tools section's
+        (multi_turn, the agent loop, the trajectory dump: trainctl.backends.tools)."""
+        from trainctl.backends.rewards import kind_of
+        from trainctl.backends.tools import verl_keys as tool_keys
 
-        origin = f"tools={cfg.tools.name} (trainctl.backends.tools)"
-        return {path: (value, origin) for path, value in verl_keys(cfg.tools, cfg.run.dir).items()}
+        out = []
+        kind = kind_of(cfg)
+        keys = kind.verl(cfg, comp.search)
+        if keys:
+            out.append(({"reward": keys}, kind.origin))
+        tools = tool_keys(cfg.tools, cfg.run.dir)
+        if tools:
+            tree: dict = {}
+            for path, value in tools.items():
+                set_path(tree, path, value)
+            out.append((tree, f"tools={cfg.tools.name} (trainctl.backends.tools)"))
+        return out
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:
         return verl_keys("ppo_trainer", _overrides(group_choices))

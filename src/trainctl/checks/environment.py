@@ -53,8 +53,10 @@ def job_secrets(cfg: Config) -> dict[str, str]:
     for name in cfg.logger.env:
         if is_secret_name(name):
             out[name] = f"logger={cfg.logger.name}"
-    if cfg.family == "ppo" and cfg.reward.key_env:
-        out[cfg.reward.key_env] = "the judge (reward.key_env)"
+    if cfg.family == "ppo":
+        from trainctl.backends.rewards import kind_of
+
+        out.update(kind_of(cfg).secret_env(cfg))
     for server, spec in (cfg.tools.servers or {}).items() if cfg.family == "ppo" else ():
         for name in spec.env:
             out.setdefault(name, f"MCP server {server}")

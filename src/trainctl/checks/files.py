@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainctl.errors import Problem
+from trainctl.models.tiny import fetch_command
 
 if TYPE_CHECKING:
     from trainctl.checks.base import Subject
@@ -13,12 +14,6 @@ if TYPE_CHECKING:
 
 def model_present(path: str | Path) -> bool:
     return (Path(path).expanduser() / "config.json").is_file()
-
-
-def model_fix(name: str) -> str:
-    from trainctl.models.tiny import BUILT
-
-    return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
 def checks(s: Subject) -> list[Problem]:
@@ -30,7 +25,7 @@ def checks(s: Subject) -> list[Problem]:
             Problem(
                 f"model={model.name} is not at {model.path} (no config.json there).",
                 key="model.path",
-                hint=f"run: {model_fix(model.name)}   (or point model.path at a local Hugging Face model folder)",
+                hint=f"run: {fetch_command(model.name)}   (or point model.path at a local Hugging Face model folder)",
                 severity=severity,
             )
         )

@@ -333,9 +333,11 @@ def legacy(s: Subject) -> list[Problem]:
 
 
 def reward_coverage(s: Subject) -> list[Problem]:
-    """Every RL row's data_source needs a scorer (verl issue #3450), unless a function, a reward model or a judge
-    scores every row."""
-    if s.cfg.reward.kind in ("model", "judge") or s.value("reward.custom_reward_function.path"):
+    """Every RL row's data_source needs a scorer (verl issue #3450), unless the reward kind (a function, a reward
+    model, a judge) or a custom reward function set by hand scores every row."""
+    from trainctl.backends.rewards import kind_of
+
+    if kind_of(s.cfg).scores_every_row or s.value("reward.custom_reward_function.path"):
         return []
     if s.value("reward.reward_model.enable") is True:
         return []  # verl's reward-model servers, set by hand: the model scores every row

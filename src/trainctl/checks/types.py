@@ -36,11 +36,11 @@ def _set_by_us(subject: Subject):
 def _tree(subject: Subject) -> dict:
     """The backend config as plain data with the values trainctl and the user set: only those are reported, so
     verl's own interpolations need not be resolved (resolving all of them costs more than the rest of the plan)."""
-    from trainctl.backends.base import _set
+    from trainctl.backends.base import set_path
 
     tree = OmegaConf.to_container(subject.built.cfg, resolve=False)
     for path, value in subject.built.leaves.items():
-        _set(tree, path, value)
+        set_path(tree, path, value)
     return tree
 
 

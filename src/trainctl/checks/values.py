@@ -31,6 +31,17 @@ def checks(cfg: Config, comp: Composition) -> list[Problem]:
         launchers.get(cfg.hardware.launcher)
     except TrainctlError as e:
         problems.append(Problem(e.message, key="hardware.launcher", hint=e.hint))
+    if cfg.data.answer_format:
+        try:
+            re.compile(cfg.data.answer_format)
+        except re.error as e:
+            problems.append(
+                Problem(
+                    f"data.answer_format = {cfg.data.answer_format!r} is not a regular expression: {e}.",
+                    key="data.answer_format",
+                    hint="data.answer_format='#### -?[0-9]+' (Python's re syntax), or null",
+                )
+            )
     fmt = cfg.algorithm.data_format
     if fmt not in cfg.data.formats:
         having = [n for n, f in comp.search.options("data").items() if fmt in data_formats(f)]

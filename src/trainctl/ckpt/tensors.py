@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from trainctl.ckpt.layout import CheckpointError, Part
+from trainctl.ckpt.safetensors import safetensors_header
 
 _MADV_DONTNEED = 4
 _PAGE = mmap.PAGESIZE
@@ -214,29 +215,6 @@ _ST_DTYPES = {
     "BOOL": torch.bool,
 }
 ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
-
-
-def safetensors_header(path: Path) -> dict:
-    import struct
-
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{path} is truncated ({path.stat().st_size} bytes)")
-        (n,) = struct.unpack("<Q", head)
-        raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except ValueError:
-        raise CheckpointError(f"{path} has a damaged safetensors header", hint="copy the file again") from None
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    if path.stat().st_size < 8 + n + end:
-        raise CheckpointError(
-            f"{path} is truncated: {path.stat().st_size:,} bytes, its header needs {8 + n + end:,}",
-            hint="copy the file again from where it was saved",
-        )
-    header.pop("__metadata__", None)
-    return header
 
 
 def weight_files(folder: Path, prefix: str = "") -> list[Path]:

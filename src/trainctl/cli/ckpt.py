@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import byte_progress
+from trainctl.cli.common import DryRun, byte_progress
 
 app = typer.Typer(
     help="Checkpoints: list, inspect and merge them into plain Hugging Face models; pick the best, prune the rest.",
@@ -173,7 +173,7 @@ def merge(
     max_shard_size: Annotated[
         float, typer.Option("--max-shard-size", help="GB per safetensors file; larger models get an index")
     ] = 5.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="check everything and say what would be written")] = False,
+    dry_run: DryRun = False,
 ) -> None:
     """Merge a checkpoint into a Hugging Face safetensors model: FSDP shards joined, LoRA folded into its base,
     tokenizer and chat template copied; the output is read back and verified before it is renamed into place."""

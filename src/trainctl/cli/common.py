@@ -6,12 +6,15 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from trainctl.errors import ConfigProblems, Problem, TrainctlError, UsageError
 from trainctl.suggest import closest
+
+if TYPE_CHECKING:
+    from trainctl.config.search import SearchPath
 
 # Commands that take Hydra-style overrides let unknown words through; we reject option-looking leftovers ourselves.
 OVERRIDE_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
@@ -31,10 +34,11 @@ def complete_overrides(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _trainctl_keys(search) -> list[str]:
-    """trainctl's own keys, from the schema that declares them."""
+    """trainctl's own keys, from the schema that declares them (and the reward kinds' settings)."""
+    from trainctl.backends.rewards import setting_keys
     from trainctl.config.schema import keys
 
-    return [key for key, _, _ in keys()]
+    return [key for key, _, _ in [*keys(), *setting_keys()]]
 
 
 Overrides = Annotated[
@@ -55,6 +59,23 @@ ConfigDirs = Annotated[
         show_default=False,
     ),
 ]
+# one meaning everywhere: everything is checked, what would happen is printed, and nothing happens
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="check everything and print what would be done; nothing is started, downloaded or written"
+    ),
+]
+
+
+def command_overrides(
+    ctx: typer.Context, overrides: list[str] | None, config_dirs: list[Path] | None = None
+) -> tuple[list[str], SearchPath]:
+    """What every command that takes overrides starts with: its words (the declared argument, then what Click let
+    through as extra args), with option typos refused, and the config search path (--config-dir, then ./conf)."""
+    words = [*(overrides or []), *ctx.args]
+    reject_option_typos(ctx, words)
+    return words, search_path(config_dirs)
 
 
 def reject_option_typos(ctx: typer.Context, words: list[str]) -> None:
@@ -70,7 +91,7 @@ def reject_option_typos(ctx: typer.Context, words: list[str]) -> None:
             )
 
 
-def search_path(config_dirs: list[Path] | None):
+def search_path(config_dirs: list[Path] | None) -> SearchPath:
     from trainctl.config.search import SearchPath
 
     for d in config_dirs or []:

@@ -6,14 +6,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import (
-    OVERRIDE_CONTEXT,
-    ConfigDirs,
-    Overrides,
-    reject_option_typos,
-    render_warnings,
-    search_path,
-)
+from trainctl.cli.common import OVERRIDE_CONTEXT, ConfigDirs, Overrides, command_overrides, render_warnings, search_path
 
 app = typer.Typer(
     help="Inspect and check configs without running anything.",
@@ -50,9 +43,8 @@ def show(
     """
     from trainctl.plan import make_plan
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    plan = make_plan(words, search_path(config_dir), native=False, strict=False)
+    words, search = command_overrides(ctx, overrides, config_dir)
+    plan = make_plan(words, search, native=False, strict=False)
     _print_config(plan, backend, origin)
     render_warnings(plan.problems)
     if plan.errors:
@@ -108,9 +100,8 @@ def validate(ctx: typer.Context, overrides: Overrides = None, config_dir: Config
     """Check a config, verl's own validation included: exit 0 when valid, 1 with every problem found."""
     from trainctl.cli.common import checked_plan
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    plan = checked_plan(words, search_path(config_dir))
+    words, search = command_overrides(ctx, overrides, config_dir)
+    plan = checked_plan(words, search)
     render_warnings(plan.warnings)
     typer.echo(f"OK: {plan.cfg.algorithm.name} on {plan.backend.title} is valid.")
 
@@ -174,6 +165,13 @@ def keys(
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("key", "type", "meaning"):
         table.add_column(col, overflow="fold")
-    for key, kind, doc in schema_keys(section):
+    rows = schema_keys(section)
+    if section in (None, "reward"):
+        # each reward kind declares the settings it reads beside reward.kind
+        from trainctl.backends.rewards import setting_keys
+
+        last = max(i for i, (key, _, _) in enumerate(rows) if key.startswith("reward."))
+        rows[last + 1 : last + 1] = setting_keys()
+    for key, kind, doc in rows:
         table.add_row(key, kind, doc)
     stdout_console().print(table)

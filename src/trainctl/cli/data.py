@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, reject_option_typos
+from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, command_overrides
 
 app = typer.Typer(
     help="Data: prepare, convert and check datasets in the format each trainer reads.",
@@ -134,10 +134,9 @@ def check(
     from trainctl.errors import ConfigProblems
     from trainctl.plan import check_data_file
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
+    words, search = command_overrides(ctx, overrides)
     with progress_bar(f"checking {file.name}") as advance:
-        report = check_data_file(file, words, progress=advance)
+        report = check_data_file(file, words, search, progress=advance)
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_row("file", str(report.path))
     table.add_row("format", f"{report.fmt} ({report.rows} rows)")

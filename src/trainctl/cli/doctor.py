@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, search_path
+from trainctl.cli.common import ConfigDirs, Overrides, command_overrides
 
 
 def doctor(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDirs = None) -> None:
@@ -19,9 +19,8 @@ def doctor(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDi
     from trainctl.errors import TrainctlError
     from trainctl.plan import make_plan
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    checks = run_checks(make_plan(words, search_path(config_dir), native=False).cfg)
+    words, search = command_overrides(ctx, overrides, config_dir)
+    checks = run_checks(make_plan(words, search, native=False).cfg)
     table = Table(box=None, header_style="bold", pad_edge=False, show_header=False)
     marks = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "info": ""}
     for c in checks:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.cli.common import ConfigDirs, Overrides, command_overrides, render_warnings
 
 EPILOG = """\
 \b
@@ -58,9 +58,7 @@ def eval_command(
     """
     from trainctl.eval.core import mark_best, prepare
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    search = search_path(config_dir)
+    words, search = command_overrides(ctx, overrides, config_dir)
     p = prepare(model, words, each_checkpoint=each_checkpoint, out=out, limit=limit, base=not no_base, search=search)
     render_warnings(p.warnings)
     for note in p.notes:
@@ -127,7 +125,9 @@ def _table(p, results) -> None:
     prefix = p.prefix
     ks = [k for k in p.sampling.ks if p.sampling.n > 1]
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"{prefix} (n={p.sampling.n})")
-    columns = ["model", "prompts", "acc", *[f"pass@{k}" for k in ks], "reward", "resp len", "truncated", ""]
+    formats = any(f"{prefix}/format" in r.metrics for r in results)
+    columns = ["model", "prompts", "acc", *[f"pass@{k}" for k in ks], "reward", *(["format"] if formats else [])]
+    columns += ["resp len", "truncated", ""]
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "") else "right")
     metric = f"{prefix}/acc"
@@ -141,6 +141,7 @@ def _table(p, results) -> None:
             f"{m[f'{prefix}/acc']:.4f}",
             *[f"{m.get(f'{prefix}/pass@{k}', float('nan')):.4f}" for k in ks],
             f"{m[f'{prefix}/reward']:.4f}",
+            *([f"{m.get(f'{prefix}/format', float('nan')):.0%}"] if formats else []),
             f"{m[f'{prefix}/response_length']:.1f}",
             f"{m[f'{prefix}/truncated']:.0%}",
             ("<- best (tied: the earliest, as ckpt best picks)" if tied else "<- best") if r.best else "",

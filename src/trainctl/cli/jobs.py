@@ -26,6 +26,7 @@ Hardware = Annotated[
     str | None,
     typer.Option("--hardware", help="take the address from this hardware option (e.g. 4x8gpu)", show_default=False),
 ]
+JobId = Annotated[str, typer.Argument(help="the job id")]
 
 
 def _address(address: str | None, hardware: str | None) -> str:
@@ -81,9 +82,7 @@ Example:
   trainctl jobs status raysubmit_XyZ12 --hardware 4x8gpu
 """
 )
-def status(
-    job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
-) -> None:
+def status(job_id: JobId, address: Address = None, hardware: Hardware = None) -> None:
     """A job's status and message."""
     from trainctl.launchers.ray_jobs import job_status
 
@@ -99,7 +98,7 @@ Example:
 """
 )
 def logs(
-    job_id: Annotated[str, typer.Argument(help="the job id")],
+    job_id: JobId,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="stream until the job ends; exit with its outcome")
     ] = False,
@@ -130,9 +129,7 @@ Example:
   trainctl jobs stop raysubmit_XyZ12 --address http://10.0.0.1:8265
 """
 )
-def stop(
-    job_id: Annotated[str, typer.Argument(help="the job id")], address: Address = None, hardware: Hardware = None
-) -> None:
+def stop(job_id: JobId, address: Address = None, hardware: Hardware = None) -> None:
     """Stop a running job (its processes on the cluster end)."""
     from trainctl.launchers.ray_jobs import stop_job
 

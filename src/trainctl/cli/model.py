@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, byte_progress, reject_option_typos
+from trainctl.cli.common import (
+    OVERRIDE_CONTEXT,
+    ConfigDirs,
+    DryRun,
+    Overrides,
+    byte_progress,
+    command_overrides,
+    search_path,
+)
 
 app = typer.Typer(
     help="Models: pull from Hugging Face or ModelScope, list, inspect (with a memory estimate), build the tiny one.",
@@ -73,7 +81,8 @@ def pull(
     checksum: Annotated[
         bool, typer.Option("--checksum", help="also compare every weight file's sha256 with the hub's")
     ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be downloaded; download nothing")] = False,
+    dry_run: DryRun = False,
+    config_dirs: ConfigDirs = None,
 ) -> None:
     """Download a model into the folder its name points at, then verify it."""
     from trainctl.models.pull import human
@@ -87,7 +96,9 @@ def pull(
 
         disable_progress_bars()
     with _exit_at_once_on_ctrl_c(), byte_progress("pulling") as progress:
-        result = run(name, source, revision, dir, include or [], dry_run, checksum, status=_err, progress=progress)
+        result = run(
+            name, source, revision, dir, include or [], dry_run, checksum, _err, progress, search_path(config_dirs)
+        )
     where = f"{result.repo} @ {result.commit[:12]} from {result.source} ({result.endpoint})"
     if dry_run:
         typer.echo(f"Would download {where} into {result.ref.path}:")
@@ -106,11 +117,12 @@ def pull(
     "ls",
     epilog="""\
 \b
-Example:
-  trainctl model ls      every model option, and every model folder under ~/.trainctl/models
+Examples:
+  trainctl model ls                          every model option, and every model folder under ~/.trainctl/models
+  trainctl model ls --config-dir team-conf   with the model options of your own config folder (./conf is read too)
 """,
 )
-def ls() -> None:
+def ls(config_dirs: ConfigDirs = None) -> None:
     """The models trainctl knows: where each lives, its size on disk, whether it is whole, its revision."""
     from rich.table import Table
 
@@ -121,7 +133,7 @@ def ls() -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("model", "kind", "repository", "on disk", "size", "revision", "path"):
         table.add_column(col)
-    for e in catalog():
+    for e in catalog(search_path(config_dirs)):
         d = e.disk
         state = "-" if not d.exists else ("complete" if d.complete else f"incomplete: {d.problem}")
         commit = d.manifest.get("commit") or ""
@@ -157,6 +169,7 @@ def info(
     name: Annotated[str, typer.Argument(help="a model option, a repository id, or a model folder")],
     overrides: Overrides = None,
     explain: Annotated[bool, typer.Option("--explain", help="also print how the estimate is computed")] = False,
+    config_dirs: ConfigDirs = None,
 ) -> None:
     """What a model is, and the memory training it takes per GPU (with what to change when it does not fit).
 
@@ -171,12 +184,11 @@ def info(
     from trainctl.models.pull import human
     from trainctl.plan import resolve
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    m = model_info(name)
-    ref = resolve_ref(name)
+    words, search = command_overrides(ctx, overrides, config_dirs)
+    m = model_info(name, search)
+    ref = resolve_ref(name, search=search)
     model_words = [f"model={ref.name}"] if ref.option else [f"model.path={m.path}"]
-    plan = resolve([*model_words, *words])
+    plan = resolve([*model_words, *words], search)
 
     console = stdout_console()
     t = Table(box=None, show_header=False, pad_edge=False)
@@ -289,13 +301,15 @@ Examples:
 def rm(
     name: Annotated[str, typer.Argument(help="a model option or a repository id that was pulled")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+    config_dirs: ConfigDirs = None,
 ) -> None:
     """Remove a pulled model's folder."""
     from trainctl.errors import TrainctlError, UsageError
     from trainctl.models.catalog import folder_size, resolve_ref
     from trainctl.models.pull import human, remove
 
-    ref = resolve_ref(name)
+    search = search_path(config_dirs)
+    ref = resolve_ref(name, search=search)
     if not ref.path.exists():
         raise TrainctlError(f"{ref.label} is not on disk ({ref.path}).", hint="trainctl model ls")
     if not yes:
@@ -304,4 +318,4 @@ def rm(
         if not typer.confirm(f"Remove {ref.path} ({human(folder_size(ref.path))})?", default=False):
             typer.echo("Kept.")
             return
-    typer.echo(f"Removed {remove(name)}")
+    typer.echo(f"Removed {remove(name, search)}")

@@ -181,12 +181,25 @@ def _follow(path: Path) -> None:
     typer.echo(f"{final.name}: {_status(final)} after {fmt_seconds(final.seconds)}, step {_steps(final)}")
 
 
+def _lineage(run: Path):
+    """Where the run's model came from (model=runs/NAME), from its lock.json."""
+    import json
+
+    from trainctl.ckpt.lineage import Lineage
+
+    try:
+        found = json.loads((run / "lock.json").read_text()).get("lineage")
+        return Lineage(**found) if found else None
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def _show(info, all_metrics: bool) -> None:
     import yaml
 
     from trainctl.ckpt.layout import CheckpointError, list_checkpoints
     from trainctl.launch.rundir import relative
-    from trainctl.metrics import read_metrics
+    from trainctl.metrics import before_after, read_metrics
     from trainctl.runs.keys import key_metrics
     from trainctl.runs.progress import fmt_seconds, fmt_value
 
@@ -198,6 +211,9 @@ def _show(info, all_metrics: bool) -> None:
     say(f"  status      {_status(info)}")
     hw = tree.get("hardware", {})
     say(f"  trains      {info.algorithm} on model={info.model} with data={info.data} ({info.backend})")
+    lineage = _lineage(info.path)
+    if lineage:
+        say(f"  from        {lineage.describe()}")
     if hw:
         say(
             f"  hardware    {hw.get('name')}: {hw.get('nnodes')} node(s) x {hw.get('gpus_per_node')} "
@@ -233,6 +249,11 @@ def _show(info, all_metrics: bool) -> None:
             say(f"  step {c.step}{' *' if c.latest else ''}  {relative(c.path)}")
     except CheckpointError as e:
         say(f"  none ({e.message})")
+    changed = before_after(info.path)
+    if changed:
+        say("Held-out, before -> after:")
+        for line in changed:
+            say(f"  {line}")
     metrics = read_metrics(info.path)
     if not metrics:
         say("Metrics: none logged yet")

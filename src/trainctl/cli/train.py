@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.cli.common import ConfigDirs, DryRun, Overrides, command_overrides, render_warnings
 from trainctl.errors import RunFailed, RunInterrupted, TrainctlError
 
 EPILOG = """\
@@ -29,9 +29,7 @@ Examples:
 def train(
     ctx: typer.Context,
     overrides: Overrides = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print the plan and exit: resolved config, launch command, numbers")
-    ] = False,
+    dry_run: DryRun = False,
     multirun: Annotated[
         bool, typer.Option("-m", "--multirun", help="sweep: key=a,b runs one plan per value (the product of all)")
     ] = False,
@@ -68,9 +66,7 @@ def train(
     from trainctl.cli.render import plan_text
     from trainctl.config.overrides import expand
 
-    words = [*(overrides or []), *ctx.args]
-    reject_option_typos(ctx, words)
-    search = search_path(config_dir)
+    words, search = command_overrides(ctx, overrides, config_dir)
     # a detached trainctl is given the same command, less --detach (a sweep's: each point's overrides)
     dirs = [f"--config-dir={d}" for d in config_dir or []]
     resume_args = ["--resume", str(resume), *words, *dirs] if resume is not None else []
@@ -150,7 +146,8 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     from trainctl.launch.checkpoints import latest_checkpoint
     from trainctl.launch.rundir import relative
     from trainctl.launch.runner import launch
-    from trainctl.metrics import run_summary
+    from trainctl.metrics import before_after, run_summary
+    from trainctl.runs.keys import key_metrics
 
     typer.echo(f"Run {plan.cfg.run.name}: {plan.backend.title}, folder {relative(plan.run_dir)}", err=True)
     views = []
@@ -205,5 +202,10 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
     typer.echo(f"Finished {plan.cfg.run.name} in {result.seconds:.0f} s. Run folder: {folder}")
     if ckpt:
         typer.echo(f"Latest checkpoint: {relative(ckpt)}")
-    for line in run_summary(result.run_dir, plan.cfg.algorithm.family):
+    for line in run_summary(result.run_dir, key_metrics(plan.cfg.algorithm.family)):
         typer.echo(line)
+    changed = before_after(result.run_dir)
+    if changed:
+        typer.echo("Held-out, before -> after:")
+        for line in changed:
+            typer.echo(f"  {line}")

@@ -76,7 +76,8 @@ class Composition:
     def sources(self) -> list[tuple[str, set[str]]]:
         from trainctl.config.origins import sources
 
-        return sources(self)
+        cli = {o.key for o in self.trainctl_overrides} | {f"{self.node}.{b.path}" for b in self.backend_overrides}
+        return sources(self.search, self.choices, cli, PRIMARY)
 
     def origin(self, path: str) -> str | None:
         """The file or override that set a trainctl config key (computed on first use)."""

@@ -14,9 +14,9 @@ from typing import Any
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.origins import COMMAND_LINE
 from trainctl.config.overrides import Override, parse, render_value
-from trainctl.config.schema import BACKEND_NODES, MOVED, Config, from_dict, moved
+from trainctl.config.schema import BACKEND_NODES, MOVED, SECTIONS, Config, from_dict, gather, moved, section_class
 from trainctl.config.search import SearchPath
-from trainctl.config.types import ClassSchema, Issue, check_tree, example, schemas_of
+from trainctl.config.types import ClassSchema, Issue, check_tree, example, qualname, schemas_of
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.suggest import closest
 
@@ -43,12 +43,40 @@ def load(overrides: list[str] | list[Override], search: SearchPath | None = None
         parsed = parse([str(o) for o in overrides], search)
     comp = compose(parsed, search)
     data, problems = resolve_trainctl(comp)
+    data = {k: gather(section_class(k), v) if k in SECTIONS else v for k, v in data.items()}
     if not problems:
         problems = check_sections(data, comp)
     if problems:
         raise ConfigProblems(problems)
     backend = {node: comp.cfg.get(node) for node in BACKEND_NODES}
     return Loaded(cfg=from_dict(Config, {**data, **{k: {} for k in backend}}), comp=comp)
+
+
+def load_option(group: str, name: str, search: SearchPath | None = None) -> Any | None:
+    """The section one option of a group composes to, typed: `load_option("model", "tiny-rm", search)` is that
+    option's Model. It is looked up where a composition looks, the user's config folders (each --config-dir, then
+    ./conf) before the built-in ones: pass the composition's own search path (`comp.search`). None when no folder
+    has the option; ConfigProblems naming the file when it does not load."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    search = search or SearchPath.default()
+    if group not in SECTIONS:
+        raise ValueError(f"{group} is not a group with a section of its own")
+    if name not in search.options(group):
+        return None
+    comp = compose(parse([f"{group}={name}"], search), search)
+    try:  # only this section: resolving the whole config costs several times more
+        data = OmegaConf.to_container(comp.cfg[group], resolve=True)
+    except OmegaConfBaseException:
+        return getattr(load([f"{group}={name}"], search).cfg, group)  # it names the value that does not resolve
+    cls = section_class(group)
+    data = gather(cls, data)
+    _, schemas = trainctl_schemas()
+    issues = check_tree(data, schemas[qualname(cls)], schemas, path=group, required=True)
+    if issues:
+        raise ConfigProblems([issue_problem(i, comp, schemas) for i in issues])
+    return from_dict(cls, data)
 
 
 def check_sections(data: dict, comp: Composition) -> list[Problem]:

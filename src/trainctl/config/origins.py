@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from trainctl.config.compose import Composition
     from trainctl.config.search import SearchPath
 
 COMMAND_LINE = "command line"
@@ -86,17 +85,16 @@ def merge_order(search: SearchPath, choices: dict[str, str], primary: str = "tra
     return out
 
 
-def sources(comp: Composition) -> list[tuple[str, set[str]]]:
-    """(label, keys it sets) for every config file Hydra merged, in merge order, then the command line."""
-    from trainctl.config.compose import PRIMARY
-
+def sources(
+    search: SearchPath, choices: dict[str, str], cli: set[str], primary: str = "trainctl"
+) -> list[tuple[str, set[str]]]:
+    """(label, keys it sets) for every config file Hydra merged, in merge order, then the command line (`cli`: the
+    keys the overrides set)."""
     out: list[tuple[str, set[str]]] = []
-    for file, package in merge_order(comp.search, comp.choices, PRIMARY):
+    for file, package in merge_order(search, choices, primary):
         raw = yaml.safe_load(file.read_text()) or {}
         raw.pop("defaults", None)
-        out.append((comp.search.label(file), set(_leaves(raw, package))))
-    cli = {o.key for o in comp.trainctl_overrides}
-    cli |= {f"{comp.node}.{b.path}" for b in comp.backend_overrides}
+        out.append((search.label(file), set(_leaves(raw, package))))
     out.append((COMMAND_LINE, cli))
     return out
 

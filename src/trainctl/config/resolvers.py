@@ -30,20 +30,6 @@ def _if_null(value, if_null, otherwise):
     return if_null if value is None else otherwise
 
 
-def _fn_file(spec):
-    if spec is None:
-        return None
-    file, _, _ = str(spec).rpartition(":")
-    return str(Path(file or spec).expanduser().resolve())
-
-
-def _fn_name(spec):
-    if spec is None:
-        return None
-    file, _, name = str(spec).rpartition(":")
-    return name if file else "compute_score"
-
-
 def _plain(node):
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -63,35 +49,6 @@ def _logger_env(destinations):
     for spec in (_plain(destinations) or {}).values():
         env += [v for v in (spec or {}).get("env") or [] if v not in env]
     return env
-
-
-def _if_rm_servers(kind, engine, value):
-    from trainctl.config.reward import on_servers
-
-    return value if on_servers(kind, engine) else UNSET
-
-
-def _reward_manager(kind, engine, field):
-    from trainctl.config.reward import manager
-
-    found = manager(kind, engine)
-    if found is None:
-        return UNSET
-    return {"source": "importlib", "name": found[1], "path": found[0]}[field]
-
-
-def _reward_settings(reward, engine, models_dir, run_dir):
-    from trainctl.config.reward import runtime_settings
-
-    reward = OmegaConf.to_container(reward, resolve=True) if OmegaConf.is_config(reward) else reward
-    found = runtime_settings(reward, engine, models_dir, run_dir)
-    return UNSET if found is None else found
-
-
-def _model_path(name, models_dir):
-    from trainctl.config.reward import model_folder
-
-    return model_folder(name, models_dir)
 
 
 def _if_lora(rank, value):
@@ -123,6 +80,19 @@ def _builtin_tool(name):
     return str(path)
 
 
+# the reward functions trainctl ships (runtime/rewards/NAME.py), by path likewise
+BUILTIN_REWARDS = Path(__file__).resolve().parent.parent / "runtime" / "rewards"
+
+
+def _builtin_reward(name):
+    """The file of a reward function trainctl ships (conf/reward/arith.yaml names it by path)."""
+    path = BUILTIN_REWARDS / f"{name}.py"
+    if not path.is_file():
+        found = sorted(p.stem for p in BUILTIN_REWARDS.glob("*.py") if not p.stem.startswith("_"))
+        raise ValueError(f"trainctl ships no reward function {name!r} (it ships: {', '.join(found)})")
+    return str(path)
+
+
 def _python():
     """The Python running trainctl: it has the mcp package the built-in servers need."""
     return sys.executable
@@ -142,19 +112,14 @@ _RESOLVERS = {
     "tc.eq": lambda a, b: a == b,
     "tc.ne": lambda a, b: a != b,
     "tc.abspath": lambda p: str(Path(p).expanduser().resolve()),
-    "tc.fn_file": _fn_file,
-    "tc.fn_name": _fn_name,
     "tc.report_to": _report_to,
     "tc.logger_backends": _logger_backends,
     "tc.logger_name": _logger_name,
     "tc.logger_env": _logger_env,
     "tc.if_lora": _if_lora,
     "tc.as_list": _as_list,
-    "tc.model_path": _model_path,
-    "tc.if_rm_servers": _if_rm_servers,
-    "tc.reward_manager": _reward_manager,
-    "tc.reward_settings": _reward_settings,
     "tc.builtin_tool": _builtin_tool,
+    "tc.builtin_reward": _builtin_reward,
     "tc.python": _python,
 }
 

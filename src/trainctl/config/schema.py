@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainctl.config.types import bounds, type_hints
+from trainctl.facts.verl import REWARD_NODE_KEYS
 
 Family = Literal["sft", "dpo", "ppo"]
 DataFormat = Literal["rl", "sft", "dpo"]
@@ -34,6 +35,30 @@ def opt(text: str, default: Any = None, **limits) -> Any:
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=bounds(doc=text, **limits))
     return field(default=default, metadata=bounds(doc=text, **limits))
+
+
+def beside(text: str, reserved: tuple[str, ...] = ()) -> Any:
+    """A field that gathers the keys of its section that no field declares, written beside the declared ones
+    (reward.url beside reward.kind): whoever reads them declares and checks them (a reward kind its settings).
+    Keys in `reserved` are never a section's own: a backend node of the same name has them (verl's `reward`)."""
+    return field(default_factory=dict, metadata={**bounds(doc=text), "beside": tuple(reserved)})
+
+
+def beside_field(cls: type) -> dataclasses.Field | None:
+    """The field of a section class that gathers its undeclared keys, if it has one."""
+    return next((f for f in dataclasses.fields(cls) if "beside" in f.metadata), None)
+
+
+def gather(cls: type, data: dict) -> dict:
+    """A section's data with the keys no field declares moved into its `beside` field (as written, unchecked)."""
+    f = beside_field(cls)
+    if f is None or not isinstance(data, dict):
+        return data
+    declared = {g.name for g in dataclasses.fields(cls) if g is not f}
+    return {
+        **{k: v for k, v in data.items() if k in declared},
+        f.name: {k: v for k, v in data.items() if k not in declared},
+    }
 
 
 @dataclass
@@ -130,64 +155,26 @@ class Data:
     data_source: str | None = opt("written into each RL row: picks verl's scorer for it")
     ability: str | None = opt("written into each RL row (verl's `ability` column)")
     instruction: str | None = opt("appended to each RL prompt, so the model answers in the form the scorer reads")
+    answer_format: str | None = opt(
+        "a regular expression that a well-formed answer contains (gsm8k's `#### N`): `trainctl eval` reports the share "
+        "of responses that do as eval/DATA/format, whether or not the answer is right"
+    )
 
 
 @dataclass
 class Reward:
-    """How RL responses are scored (PPO family). One kind per run; each key names the kind it serves."""
+    """How RL responses are scored (PPO family): one kind per run. Beside `kind` sit that kind's own settings
+    (reward.model, reward.url, ...): each kind declares them (trainctl.backends.rewards), and they are checked against
+    that declaration once the kind is known; `trainctl config keys reward` lists every kind's."""
 
     name: str = doc("the reward option's name")
-    kind: Literal["rule", "fn", "model", "judge"] = doc(
+    kind: str = doc(
         "rule (verl's scorer for each row's data_source), fn (your function), model (a reward model scores each "
-        "response), judge (an LLM judge scores or ranks them)"
+        "response), judge (an LLM judge scores or ranks them), or a kind an installed package registers (entry "
+        "point group trainctl.reward_kinds)"
     )
-    fn: str | None = opt("fn: your scorer, path/to/file.py:function (function defaults to compute_score)")
-    model: str | None = opt(
-        "model: the reward model, a model option of kind reward (`trainctl model pull NAME` puts it there) or a folder"
-    )
-    micro_batch_size: int = opt("model: sequences the reward model scores in one forward pass", 8, ge=1)
-    max_length: int | None = opt(
-        "model: tokens of prompt and response it reads, cut from the left (null: its context length)", ge=1
-    )
-    offload: bool = opt("model, on vllm/sglang: release the reward model's GPU memory between steps", True)
-    tp: int = opt("model, on vllm/sglang: GPUs that hold one copy of the reward model", 1, ge=1)
-    gpu_memory_utilization: float = opt("model, on vllm/sglang: share of a GPU its server may take", 0.5, gt=0, le=1)
-    judge: str | None = opt(
-        "judge: the judge model: the name the endpoint serves (with reward.url), else a model option or folder "
-        "the run serves itself"
-    )
-    url: str | None = opt(
-        "judge: an OpenAI-compatible endpoint's base URL, e.g. https://api.openai.com/v1 (null: the run serves "
-        "reward.judge with `transformers serve`)"
-    )
-    key_env: str | None = opt(
-        "judge: the environment variable that holds the endpoint's API key (read at run time, never saved or logged)"
-    )
-    mode: Literal["group", "single"] = opt(
-        "judge: group (rank each prompt's responses against each other, scores in [0, 1], RULER-style) or single "
-        "(score each response alone)",
-        "group",
-    )
-    template: str | None = opt(
-        "judge: a Jinja prompt template file (null: the built-in one for the mode; see trainctl/runtime/judge)"
-    )
-    rubric: str | None = opt("judge: what a good response is, shown to the judge (null: a general rubric)")
-    timeout_s: float = opt("judge: seconds one judge request may take", 120.0, gt=0)
-    retries: int = opt("judge: retries of a request that failed to connect, timed out or got a 5xx/429", 2, ge=0)
-    max_tokens: int = opt("judge: the longest answer the judge may write", 1024, ge=1)
-    temperature: float = opt("judge: sampling temperature of the judge", 0.0, ge=0)
-    concurrency: int = opt("judge: requests in flight at once", 8, ge=1)
-    json_schema: bool = opt(
-        "judge: ask for JSON that matches the scores' schema (OpenAI structured outputs; vLLM/SGLang guided decoding)",
-        True,
-    )
-    failure_score: float = opt(
-        "judge: the score of a response the judge failed on (garbage, timeout): counted, never fatal", 0.0
-    )
-    group_wait_s: float = opt(
-        "judge, group mode: how long a group waits for its last responses before it is judged without them",
-        120.0,
-        gt=0,
+    settings: dict[str, Any] = beside(
+        "the kind's own settings, written beside kind (reward.model=NAME): declared by the kind", REWARD_NODE_KEYS
     )
 
 
@@ -404,6 +391,11 @@ def declares(key: str) -> bool:
             skip_name = False
             continue
         hints = type_hints(cls)
+        extra = beside_field(cls)
+        if extra is not None and (part not in hints or part == extra.name):
+            # one level below the section, a key no backend node of the same name has (reward.url, not
+            # reward.num_workers or reward.reward_manager.name)
+            return part == rest[-1] and part not in extra.metadata["beside"]
         if part not in hints:
             return False
         skip_name = _entry_type(hints[part]) is not None
@@ -453,6 +445,13 @@ def _dataclass_type(annotation: Any) -> type | None:
 
 def keys(section: str | None = None) -> list[tuple[str, str, str]]:
     """(dotted key, type and range in words, meaning) of every declared key, in declaration order."""
+    return [
+        row for name in (SECTIONS if section is None else (section,)) for row in class_keys(section_class(name), name)
+    ]
+
+
+def class_keys(cls: type, prefix: str) -> list[tuple[str, str, str]]:
+    """(dotted key, type and range in words, meaning) of every field of a dataclass, below `prefix`."""
     from trainctl.config.types import class_schema, describe
 
     out: list[tuple[str, str, str]] = []
@@ -460,7 +459,10 @@ def keys(section: str | None = None) -> list[tuple[str, str, str]]:
     def visit(cls: type, prefix: str) -> None:
         schema = class_schema(cls)
         hints = type_hints(cls)
+        extra = beside_field(cls)
         for name, info in schema.fields.items():
+            if extra is not None and name == extra.name:
+                continue  # their owner lists them (`trainctl config keys reward` adds every reward kind's)
             key = f"{prefix}.{name}"
             if _entry_type(hints[name]) is not None:
                 out.append((key, "a mapping of NAME: entries", info.doc))
@@ -475,6 +477,5 @@ def keys(section: str | None = None) -> list[tuple[str, str, str]]:
                 kind += f", {info.range.text()}"
             out.append((key, kind, info.doc))
 
-    for name in SECTIONS if section is None else (section,):
-        visit(section_class(name), name)
+    visit(cls, prefix)
     return out

@@ -245,6 +245,9 @@ _MIRROR = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
 
 
 def _const(node: ast.AST) -> Any:
+    if isinstance(node, ast.Set):  # as written: a set's own order changes with the interpreter's hash seed
+        values = [_const(elt) for elt in node.elts]
+        return _MISSING if _MISSING in values else tuple(dict.fromkeys(values))
     try:
         value = ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError):

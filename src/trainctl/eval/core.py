@@ -93,6 +93,7 @@ def prepare(
 ) -> Prepared:
     """Resolve MODEL and the config, and check everything eval needs. Raises ConfigProblems (every problem at once)
     or TrainctlError; nothing is loaded or generated here."""
+    from trainctl.backends.rewards import kind_of
     from trainctl.config.search import SearchPath
     from trainctl.plan import resolve
 
@@ -101,16 +102,20 @@ def prepare(
     resolved = resolve_model(model, each_checkpoint, search.options("model"))
     notes: list[str] = []
     # scoring needs the RL side of the config (the reward, the prompts with ground truths): a PPO-family algorithm
-    # unless the run or the command line chose one; an SFT or DPO run's data is scored in its RL form
+    # unless the run or the command line chose one; an SFT or DPO run's data is scored in its RL form (of an SFT or
+    # DPO run, only the model and data carry over: trainctl.eval.targets)
     plan = resolve(["algorithm=grpo", *resolved.args, *overrides], search)
-    if plan.cfg.family != "ppo":
+    trained = resolved.family if resolved.family not in (None, "ppo") else plan.cfg.family
+    if trained != "ppo":
         notes.append(
-            f"algorithm={plan.cfg.algorithm.name} trains on fixed targets; scoring its data's RL form (test prompts "
-            "with ground truths) with the reward group"
+            f"{trained.upper()} runs train on fixed targets; scoring its data's RL form (test prompts with ground "
+            "truths) with the reward group"
         )
+    if plan.cfg.family != "ppo":
         plan = resolve(["algorithm=grpo", *resolved.args, *overrides, "algorithm=grpo"], search)
     cfg = plan.cfg
-    problems: list[Problem] = []
+    # eval scores in this process, with the reward manager verl's reward workers would build
+    problems: list[Problem] = kind_of(cfg).eval_problems(cfg)
 
     # the model: a model option must be downloaded; a run's base model is its first row when it is here
     model_dir = Path(cfg.model.path).expanduser()
@@ -185,12 +190,14 @@ def prepare(
 
 
 def _data_problems(plan, val_file: Path) -> list[Problem]:
+    from trainctl.backends.rewards import kind_of
     from trainctl.checks.data import reward_fn
     from trainctl.data.check import quick_check
 
     path, _, _ = reward_fn(plan.subject)
-    judged = plan.cfg.reward.kind in ("model", "judge")
-    found = quick_check(val_file, "rl", custom_reward=bool(path) or judged, ground_truth=not judged)
+    kind = kind_of(plan.cfg)
+    scored = bool(path) or kind.scores_every_row
+    found = quick_check(val_file, "rl", custom_reward=scored, ground_truth=kind.needs_ground_truth)
     for p in found:  # the data checks speak of training; here the test split is scored, now
         if p.key == "data.train_files":
             p.key = "data.val_files"
@@ -297,6 +304,7 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
                 }
             )
     scored = Scorer(p.verl_cfg, tokenizer).score(samples)
+    answer_format = re.compile(p.plan.cfg.data.answer_format) if p.plan.cfg.data.answer_format else None
 
     records = []
     for s, sc in zip(samples, scored, strict=True):
@@ -316,6 +324,8 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
                 "truncated": s["truncated"],
             }
         )
+        if answer_format is not None:  # the answer's form, right or wrong (data.answer_format)
+            records[-1]["format"] = answer_format.search(records[-1]["response"]) is not None
     metrics = summarize(p.prefix, records, p.sampling)
     samples_file = p.out_dir / "samples" / p.data_name / f"{_slug(target.label.replace(' ', '-'))}.jsonl"
     atomic_write_text(samples_file, "".join(json.dumps(r, default=str) + "\n" for r in records))
@@ -351,6 +361,8 @@ def _summary(prefix: str, records: list[dict], s: eval_settings.Sampling) -> dic
         f"{prefix}/response_length": sum(r["response_tokens"] for r in records) / n,
         f"{prefix}/truncated": sum(bool(r["truncated"]) for r in records) / n,
     }
+    if "format" in records[0]:
+        out[f"{prefix}/format"] = sum(r["format"] for r in records) / n
     if s.n > 1:
         per_row: dict[int, list[dict]] = defaultdict(list)
         for r in records:

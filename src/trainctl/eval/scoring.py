@@ -32,10 +32,11 @@ class Scorer:
         from verl.trainer.ppo.reward import load_reward_manager
 
         if verl_cfg.reward.reward_model.get("enable"):
-            # verl's reward-model path serves the model with vLLM/SGLang as a Ray service (GPU engines only)
+            # verl's reward-model path serves the model with vLLM/SGLang as a Ray service (GPU engines only); the
+            # reward kinds say so before anything loads (RewardKind.eval_problems): this is one set by hand
             raise TrainctlError(
-                "eval scores in this process; reward=model on vllm/sglang is served by verl's reward-model servers.",
-                hint="score with transformers in this process: add hardware.rollout_engine=hf",
+                "eval scores in this process; reward.reward_model.enable=true asks for verl's reward-model servers.",
+                hint="score with a reward kind that runs here (reward=model with hardware.rollout_engine=hf)",
             )
         self.tokenizer = tokenizer
         self.manager = load_reward_manager(verl_cfg, tokenizer, reward_router_address=None, reward_model_tokenizer=None)

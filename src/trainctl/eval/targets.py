@@ -8,14 +8,12 @@ checkpoint itself is never written to.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainctl.ckpt.layout import Checkpoint, list_checkpoints, read_checkpoint
 from trainctl.errors import TrainctlError, UsageError
-from trainctl.paths import cache_dir
 
 
 @dataclass
@@ -39,17 +37,39 @@ class Resolved:
     args: list[str] = field(default_factory=list)  # config overrides the model implies (model=NAME, a run's args)
     run_dir: Path | None = None
     name: str = ""  # for the default output folder
+    family: str | None = None  # the run's algorithm family (sft, dpo, ppo), for a run or one of its checkpoints
 
 
-def _run_args(run_dir: Path) -> list[str]:
-    """The overrides the run was launched with (as `train --resume` reuses them), from its run.json."""
+def _run_args(run_dir: Path) -> tuple[list[str], str | None]:
+    """The overrides that make eval's config the run's, and the run's algorithm family, from its run.json.
+
+    A PPO-family run's own overrides (as `train --resume` reuses them): its reward, tools and token budgets are what
+    scoring must use. An SFT or DPO run's keys are its trainer's (verl's SFT optimizer, TRL's beta), meaningless to
+    the RL config eval scores with: only its model and data carry over."""
     status = run_dir / "run.json"
     if not status.is_file():
-        return []
+        return [], None
     try:
-        return [str(a) for a in json.loads(status.read_text()).get("args", [])]
+        record = json.loads(status.read_text())
+        args, family = [str(a) for a in record.get("args", [])], record.get("family")
     except (ValueError, AttributeError) as e:
         raise TrainctlError(f"{status} is not valid JSON ({e}).", hint=f"cat {status}") from None
+    if family in (None, "ppo"):
+        return args, family
+    chosen = [f"{group}={record[group]}" for group in ("model", "data") if record.get(group)]
+    path = _saved_model_path(run_dir)
+    return [*chosen, *([f"model.path={path}"] if path else [])], family
+
+
+def _saved_model_path(run_dir: Path) -> str | None:
+    """The model folder the run trained from (its trainctl.yaml), so that eval's base row is the run's base."""
+    import yaml
+
+    try:
+        tree = yaml.safe_load((run_dir / "trainctl.yaml").read_text()) or {}
+        return str(tree["model"]["path"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
 def _run_of(path: Path) -> Path | None:
@@ -94,7 +114,7 @@ def resolve(model: str, each_checkpoint: bool, model_options: dict[str, Path]) -
 
 def _resolve_path(path: Path, each_checkpoint: bool) -> Resolved:
     run_dir = _run_of(path)
-    args = _run_args(run_dir) if run_dir else []
+    args, family = _run_args(run_dir) if run_dir else ([], None)
     name = (run_dir or path).name
     if path.is_file():
         raise TrainctlError(f"{path} is a file; eval takes a folder.", hint=f"trainctl eval {path.parent}")
@@ -109,9 +129,9 @@ def _resolve_path(path: Path, each_checkpoint: bool) -> Resolved:
             )
         if c.layout == "hf-model" and run_dir is None:
             return Resolved("folder", [Target(path.name, 0, c, path)], name=name)
-        return Resolved("checkpoint", [_target(c)], args, run_dir, name)
+        return Resolved("checkpoint", [_target(c)], args, run_dir, name, family)
     chosen = [c for c in listing.checkpoints if not c.incomplete] if each_checkpoint else [listing.latest]
-    return Resolved("run", [_target(c) for c in chosen], args, run_dir, name)
+    return Resolved("run", [_target(c) for c in chosen], args, run_dir, name, family)
 
 
 def _target(c: Checkpoint) -> Target:
@@ -122,20 +142,10 @@ def _target(c: Checkpoint) -> Target:
 
 
 def merged_folder(target: Target) -> Path:
-    """The Hugging Face folder to load: the folder itself, or the checkpoint merged into the cache (once: the
-    cache key is the checkpoint's path and its files' sizes and times, so a rewritten checkpoint is merged again)."""
+    """The Hugging Face folder to load: the folder itself, or the checkpoint merged into the cache (once, verified:
+    trainctl.ckpt.lineage.merged, as a run started from a checkpoint reads it)."""
     if target.folder is not None:
         return target.folder
-    from trainctl.ckpt.merge import merge, plan_merge
+    from trainctl.ckpt.lineage import merged
 
-    part = target.checkpoint.part()
-    stamp = hashlib.sha256(str(part.path).encode())
-    for f in sorted(part.path.rglob("*")):
-        if f.is_file():
-            st = f.stat()
-            stamp.update(f"{f.relative_to(part.path)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    out = cache_dir() / "eval" / "merged" / f"{target.checkpoint.path.name}-{stamp.hexdigest()[:16]}"
-    if (out / "config.json").is_file():
-        return out
-    merge(plan_merge(target.checkpoint.path, out, dtype="auto"))
-    return out
+    return merged(target.checkpoint)

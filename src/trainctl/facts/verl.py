@@ -111,6 +111,18 @@ SCORED_DATA_SOURCES = (
 )
 SCORED_DATA_SOURCE_PREFIXES = ("aime",)
 
+# The keys directly under verl's `reward` node (its RewardConfig, custom_reward_function and the reward_kwargs main_ppo
+# hands the reward manager). trainctl's own `reward` section shares the name: on the command line `reward.KEY=...` is
+# a setting of the reward kind unless KEY is one of these (`reward.num_workers=4` is verl's).
+REWARD_NODE_KEYS = (
+    "num_workers",
+    "custom_reward_function",
+    "reward_manager",
+    "reward_model",
+    "reward_kwargs",
+    "sandbox_fusion",
+)
+
 # Keys main_ppo accepts and silently ignores (only fully_async_main migrates them): the key to use instead.
 LEGACY_REWARD_KEYS = {
     "reward_model.num_workers": "reward.num_workers",

@@ -84,7 +84,10 @@ class RunDir:
         backend = redact.tree(OmegaConf.to_container(plan.backend_cfg, resolve=True))
         atomic_write_text(self.path / plan.backend.config_file, OmegaConf.to_yaml(OmegaConf.create(backend)))
         folders = [*plan.comp.search.user_dirs, Path.cwd()]
-        atomic_write_text(self.path / "lock.json", json.dumps(lockfile(folders), indent=2) + "\n")
+        lock = lockfile(folders)
+        if plan.lineage is not None:
+            lock["lineage"] = plan.lineage.to_json()  # where the model it trains came from (model=runs/NAME)
+        atomic_write_text(self.path / "lock.json", json.dumps(lock, indent=2) + "\n")
         previous = self.status() if self.exists() else {}
         self._save_status(
             {

@@ -280,15 +280,21 @@ class Supervisor:
         handlers = {}
         start = time.monotonic()
         with open(self.log_path, "a", encoding="utf-8") as log:
-            self._proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=parent_death_signal(signal.SIGTERM),
-            )
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=parent_death_signal(signal.SIGTERM),
+                )
+            except OSError as e:  # not there, or not executable: as a shell says it, with its exit code
+                code = 127 if isinstance(e, FileNotFoundError) else 126
+                why = "command not found" if code == 127 else (e.strerror or str(e))
+                self._emit(f"trainctl: {self.argv[0]}: {why}\n", log)
+                return Outcome(exit_code=code, seconds=time.monotonic() - start, tail=list(self.tail))
             watchdog = self._start_watchdog(self._proc.pid)
             if threading.current_thread() is threading.main_thread():
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

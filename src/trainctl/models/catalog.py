@@ -18,6 +18,7 @@ from trainctl.paths import atomic_write_text
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Model
+    from trainctl.config.search import SearchPath
 
 # written into every model folder trainctl makes (pulled, or built by `model init`)
 MANIFEST = "trainctl-model.json"
@@ -55,36 +56,40 @@ class OnDisk:
     problem: str | None = None  # why it is not complete
 
 
-def models_dir() -> Path:
+def models_dir(search: SearchPath | None = None) -> Path:
     from trainctl.config.load import load
 
-    return Path(load([]).cfg.paths.models).expanduser()
+    return Path(load([], search).cfg.paths.models).expanduser()
 
 
-def _options() -> dict[str, Model]:
-    from trainctl.config.load import load
+def _options(search: SearchPath | None = None) -> dict[str, Model]:
+    """Every model option, the user's config folders' (--config-dir, ./conf) with the built-in ones."""
+    from trainctl.config.load import load_option
     from trainctl.config.search import SearchPath
 
-    search = SearchPath.default()
-    return {name: load([f"model={name}"], search).cfg.model for name in search.options("model")}
+    search = search or SearchPath.default()
+    return {name: load_option("model", name, search) for name in search.options("model")}
 
 
 def folder_name(repo_id: str) -> str:
     return repo_id.replace("/", "--")
 
 
-def resolve_ref(name: str, out: Path | None = None) -> ModelRef:
-    """A group option name, a repository id (org/name), or a local folder."""
-    from trainctl.config.load import load
+def resolve_ref(name: str, out: Path | None = None, search: SearchPath | None = None) -> ModelRef:
+    """A group option name (found in the user's config folders, then the built-in ones), a repository id
+    (org/name), or a local folder."""
+    from trainctl.config.load import load, load_option
 
     if "/" not in name and not Path(name).expanduser().is_dir():
-        model = load([f"model={name}"]).cfg.model  # an unknown name: did-you-mean from the group
+        model = load_option("model", name, search)
+        if model is None:
+            load([f"model={name}"], search)  # raises: an unknown model, with the options it may have meant
         return ModelRef(name, Path(out or model.path).expanduser(), model.hf_repo, model.ms_repo, model)
     local = Path(name).expanduser()
     if local.is_dir() and (local / "config.json").is_file():
         manifest = read_manifest(local)
         return ModelRef(str(local), local, manifest.get("hf_repo"), manifest.get("ms_repo"))
-    for option, model in _options().items():
+    for option, model in _options(search).items():
         if name in (model.hf_repo, model.ms_repo):
             return ModelRef(option, Path(out or model.path).expanduser(), model.hf_repo, model.ms_repo, model)
     if name.count("/") != 1 or not all(name.split("/")):
@@ -92,7 +97,7 @@ def resolve_ref(name: str, out: Path | None = None) -> ModelRef:
             f"{name!r} is neither a model option, a repository id (org/name) nor a model folder.",
             hint="trainctl model ls lists the options",
         )
-    return ModelRef(name, Path(out or models_dir() / folder_name(name)).expanduser(), name, name)
+    return ModelRef(name, Path(out or models_dir(search) / folder_name(name)).expanduser(), name, name)
 
 
 def read_manifest(path: Path) -> dict:
@@ -152,15 +157,15 @@ class Listed:
     kind: str = "causal_lm"  # or reward (a model option's kind; a folder's config.json architecture)
 
 
-def catalog() -> list[Listed]:
-    """Every model option, then every other model folder under paths.models."""
+def catalog(search: SearchPath | None = None) -> list[Listed]:
+    """Every model option (the user's config folders' too), then every other model folder under paths.models."""
     out = []
     claimed = set()
-    for name, model in _options().items():
+    for name, model in _options(search).items():
         path = Path(model.path).expanduser()
         claimed.add(path.resolve())
         out.append(Listed(name, model.hf_repo or model.ms_repo, on_disk(path), model.kind))
-    base = models_dir()
+    base = models_dir(search)
     if base.is_dir():
         for d in sorted(base.iterdir()):
             if d.is_dir() and not d.name.startswith(".") and d.resolve() not in claimed:

@@ -4,7 +4,6 @@ or, when it is not pulled yet, from its model option."""
 from __future__ import annotations
 
 import json
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from trainctl.models.catalog import ModelError, folder_size, on_disk, resolve_re
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Model
+    from trainctl.config.search import SearchPath
 
 # bytes per element of each safetensors dtype
 DTYPE_BYTES = {
@@ -68,16 +68,13 @@ class ModelInfo:
 
 
 def safetensors_params(folder: Path) -> tuple[int, str | None]:
-    """Parameters and the dominant dtype, from the safetensors headers alone (8 bytes + a JSON header per file)."""
+    """Parameters and the dominant dtype, from the safetensors headers alone."""
+    from trainctl.ckpt.safetensors import safetensors_header
+
     total = 0
     dtypes: Counter = Counter()
     for f in sorted(folder.glob("*.safetensors")):
-        with f.open("rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
+        for t in safetensors_header(f).values():
             n = 1
             for d in t["shape"]:
                 n *= d
@@ -183,9 +180,9 @@ def from_option(name: str, model: Model) -> ModelInfo:
     )
 
 
-def model_info(name: str) -> ModelInfo:
+def model_info(name: str, search: SearchPath | None = None) -> ModelInfo:
     """A model option (read from its folder when pulled, else from the option) or a model folder."""
-    ref = resolve_ref(name)
+    ref = resolve_ref(name, search=search)
     if (ref.path / "config.json").is_file():
         return from_folder(ref.label, ref.path)
     if ref.option:

@@ -21,10 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainctl.models.catalog import MANIFEST, ModelError, ModelRef, read_manifest, resolve_ref, write_manifest
 from trainctl.models.download import SizeMismatch
 from trainctl.models.tiny import BUILT
+
+if TYPE_CHECKING:
+    from trainctl.config.search import SearchPath
 
 SOURCES = ("auto", "hf", "modelscope")
 # the disk (or a quota, or a file size limit) is full: keep what was downloaded, say how to resume
@@ -475,11 +479,12 @@ def pull(
     checksum: bool = False,
     status: Callable[[str], None] | None = None,
     progress: Callable[..., None] | None = None,
+    search: SearchPath | None = None,
 ) -> PullResult:
     """Pull a model; `status` receives notes as they happen, `progress(n)` the bytes as they arrive (and
     `progress(0, total=N)` the bytes to come, before they do)."""
     say = status or (lambda _msg: None)
-    ref = resolve_ref(name, out)
+    ref = resolve_ref(name, out, search)
     hub, repo, notes = choose_source(ref, source)
     commit, listing = hub.resolve(repo, revision)
     files, select_notes = select(listing, include or [])
@@ -560,9 +565,9 @@ def _why_full(e: OSError, target: Path) -> str:
     return f"the disk filled up ({human(shutil.disk_usage(probe).free)} free now)"
 
 
-def remove(name: str) -> Path:
+def remove(name: str, search: SearchPath | None = None) -> Path:
     """Delete a model folder trainctl made (it has a manifest) or one a model option points at."""
-    ref = resolve_ref(name)
+    ref = resolve_ref(name, search=search)
     target = ref.path
     if not target.exists():
         raise ModelError(f"{ref.label} is not on disk ({target}).", hint="trainctl model ls")

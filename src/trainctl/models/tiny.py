@@ -188,6 +188,11 @@ def build_model(tokenizer, seed: int = 0, arch: dict | None = None):
 BUILT = ("tiny", "tiny-rm", "tiny-tools")
 
 
+def fetch_command(name: str) -> str:
+    """The command that puts a model option's weights where its `path` points: built here, or pulled."""
+    return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
+
+
 def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
     """Write a tiny model (`tiny`, or the reward model `tiny-rm`) to `out` (built in a temporary folder, then
     renamed into place)."""

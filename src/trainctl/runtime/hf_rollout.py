@@ -27,6 +27,7 @@ from typing import Any
 import ray
 import torch
 
+from trainctl.runtime.lazy import lazy_classes
 from trainctl.runtime.sampler import BatchSampler, Completion, SamplingParams, load_policy
 
 logger = logging.getLogger(__name__)
@@ -283,7 +284,6 @@ class HFRolloutServer:
         self.global_steps = global_steps
 
 
-@functools.cache
 def _replica_class():
     from verl.workers.rollout.replica import RolloutReplica
 
@@ -319,7 +319,6 @@ def _replica_class():
     return HFReplica
 
 
-@functools.cache
 def _adapter_class():
     from verl.workers.rollout.base import BaseRollout
 
@@ -370,13 +369,9 @@ def _adapter_class():
     return HFServerAdapter
 
 
-def __getattr__(name: str):
-    # verl imports the adapter by dotted path from _ROLLOUT_REGISTRY; build the class on first use
-    if name == "HFServerAdapter":
-        return _adapter_class()
-    if name == "HFReplica":
-        return _replica_class()
-    raise AttributeError(name)
+# verl imports the adapter by dotted path from _ROLLOUT_REGISTRY, and the replica through its registry's loader:
+# each built on first use
+__getattr__ = lazy_classes(__name__, {"HFServerAdapter": _adapter_class, "HFReplica": _replica_class})
 
 
 def register() -> None:
@@ -384,5 +379,7 @@ def register() -> None:
     from verl.workers.rollout import base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    RolloutReplicaRegistry.register(NAME, _replica_class)
+    RolloutReplicaRegistry.register(NAME, functools.partial(__getattr__, "HFReplica"))
+    # verl's registry of worker-side rollouts is this dict (no register function): a new key, nothing of verl's
+    # replaced, so a registration like the line above rather than a patch (trainctl.runtime.verl_patches)
     base._ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.HFServerAdapter"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainctl.runtime.lazy import lazy_classes
 from trainctl.runtime.reward_model import prompt_messages, response_text
 
 HUB = "trainctl_judge"
@@ -508,12 +509,5 @@ def _manager_class():
     return JudgeRewardManager
 
 
-_CLASSES: dict[str, type] = {}
-
-
-def __getattr__(name: str):
-    if name == MANAGER:
-        if name not in _CLASSES:
-            _CLASSES[name] = _manager_class()
-        return _CLASSES[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# verl loads the manager by module and name (reward.reward_manager.source=importlib): built on first access
+__getattr__ = lazy_classes(__name__, {MANAGER: _manager_class})

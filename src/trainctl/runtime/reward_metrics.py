@@ -3,26 +3,14 @@ every step, and for reward=judge the judge's calls and failures (`reward/judge/f
 `/unparsed`, `/timeouts`, `/errors`, `/partial_groups`, `/seconds`).
 
 verl 0.9.1 logs the scores' mean, max and min (critic/score/*) but no spread, and logs what reward managers return
-beside the score only for validation. So trainctl wraps two names in the trainer's module, once it is imported
-(a post-import hook: the other processes of a run never import it, and never pay for it):
-  - trainer_base.compute_data_metrics: adds the mean and std of the same scores verl's critic/score/* read;
-  - trainer_base.PPOTrainer._compute_metrics: adds the judge hub's figures for the step being logged.
-trainctl sets TRAINCTL_REWARD_KIND for every PPO-family run; trainctl's verl plugin installs this when it is set.
-tests/runtime/test_reward_metrics.py pins the source of both, as the CPU patches are pinned.
+beside the score only for validation. trainctl.runtime.verl_patches wraps two functions of the trainer's module
+(pinned there with the other patches) and asks RewardMetrics for the figures:
+  - trainer_base.compute_data_metrics: the mean and std of the same scores verl's critic/score/* read;
+  - trainer_base.PPOTrainer._compute_metrics: the judge hub's figures for the step being logged.
+trainctl sets TRAINCTL_REWARD_KIND for every PPO-family run; trainctl's verl plugin applies the patch when it is set.
 """
 
 from __future__ import annotations
-
-import logging
-import os
-
-logger = logging.getLogger(__name__)
-
-ENV = "TRAINCTL_REWARD_KIND"
-MODULE = "verl.trainer.ppo.v1.trainer_base"
-WRAPPED = ("compute_data_metrics", "PPOTrainer._compute_metrics")
-
-_INSTALLED: dict[str, object] = {}
 
 
 def score_metrics(kind: str, batch) -> dict[str, float]:
@@ -47,40 +35,18 @@ def judge_metrics(step: int) -> dict[str, float]:
     return ray.get(hub.metrics.remote(step))
 
 
-def _patch(module) -> None:
-    if "compute_data_metrics" in _INSTALLED:
-        return
-    kind = os.environ.get(ENV, "")
-    compute_data_metrics = module.compute_data_metrics
-    compute_metrics = module.PPOTrainer._compute_metrics
+class RewardMetrics:
+    """The reward set of figures trainctl.runtime.verl_patches adds to the training log."""
 
-    def compute_data_metrics_with_reward(batch, use_critic=True):
-        out = compute_data_metrics(batch=batch, use_critic=use_critic)
-        out.update(score_metrics(kind, batch))
-        return out
+    ENV = "TRAINCTL_REWARD_KIND"
+    # the verl functions whose output it adds to (trainctl.runtime.verl_patches.METRIC_PATCHES)
+    WRAPS = ("compute_data_metrics", "PPOTrainer._compute_metrics")
 
-    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        result = compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch)
-        if kind == "judge":
-            try:
-                metrics.update(judge_metrics(global_steps))
-            except Exception as e:  # the figures are a report: their absence must not stop training
-                logger.warning("trainctl: no judge metrics for step %s: %s", global_steps, e)
-        return result
+    def __init__(self, kind: str):
+        self.kind = self.name = kind
 
-    module.compute_data_metrics = compute_data_metrics_with_reward
-    module.PPOTrainer._compute_metrics = _compute_metrics
-    _INSTALLED["compute_data_metrics"] = compute_data_metrics
-    _INSTALLED["PPOTrainer._compute_metrics"] = compute_metrics
+    def data_metrics(self, batch) -> dict[str, float]:
+        return score_metrics(self.kind, batch)
 
-
-def install() -> None:
-    """Wrap the trainer's metrics once its module is imported (at once if it already is)."""
-    import wrapt
-
-    wrapt.register_post_import_hook(_patch, MODULE)
-
-
-def original(name: str):
-    """The unwrapped function (for tests)."""
-    return _INSTALLED.get(name)
+    def step_metrics(self, batch, global_steps: int) -> dict[str, float]:
+        return judge_metrics(global_steps) if self.kind == "judge" else {}

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from trainctl.runtime.lazy import lazy_classes
+
 MANAGER = "SequenceClassifierRewardManager"
 
 
@@ -134,12 +136,5 @@ def _manager_class():
     return SequenceClassifierRewardManager
 
 
-_CLASSES: dict[str, type] = {}
-
-
-def __getattr__(name: str):
-    if name == MANAGER:
-        if name not in _CLASSES:
-            _CLASSES[name] = _manager_class()
-        return _CLASSES[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# verl loads the manager by module and name (reward.reward_manager.source=importlib): built on first access
+__getattr__ = lazy_classes(__name__, {MANAGER: _manager_class})

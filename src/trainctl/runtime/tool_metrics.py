@@ -3,8 +3,9 @@
 verl 0.9.1 logs the turns of each trajectory (`num_turns/mean|max|min`: assistant turns + tool-result turns + 1) and
 the time spent in tools (`timing_s/agent_loop/tool_calls/*`), but drops what a tool returns beside its answer, so
 it never says how many calls were made or how many failed. trainctl's tools (the MCP bridge and the Python function
-tool) write one JSON line per call under <run>/tools/calls/ (one file per process); this module wraps the trainer's
-`_compute_metrics` (a post-import hook, like trainctl.runtime.reward_metrics) to add, for each step:
+tool) write one JSON line per call under <run>/tools/calls/ (one file per process); trainctl.runtime.verl_patches
+wraps the trainer's `_compute_metrics` and `_validate` (pinned there with the other patches) and asks ToolMetrics
+for, each step:
 
   tool/calls                    calls made while generating the step's batch
   tool/calls_per_trajectory     calls / trajectories in the batch
@@ -14,25 +15,15 @@ tool) write one JSON line per call under <run>/tools/calls/ (one file per proces
   tool/<name>/calls             calls per tool
 
 Calls made during validation are reported with the validation metrics (val-tool/*), not with the next step.
-trainctl sets TRAINCTL_TOOL_CALLS (the calls folder) for runs with tools; its verl plugin installs this then.
+trainctl sets TRAINCTL_TOOL_CALLS (the calls folder) for runs with tools; its verl plugin applies the patch then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import os
 import threading
 from pathlib import Path
-
-logger = logging.getLogger(__name__)
-
-ENV = "TRAINCTL_TOOL_CALLS"
-MODULE = "verl.trainer.ppo.v1.trainer_base"
-WRAPPED = ("PPOTrainer._compute_metrics", "PPOTrainer._validate")
-
-_INSTALLED: dict[str, object] = {}
 
 
 class CallReader:
@@ -97,51 +88,28 @@ def _trajectories(batch) -> int:
         return 0
 
 
-def _patch(module) -> None:
-    if "PPOTrainer._compute_metrics" in _INSTALLED:
-        return
-    reader = CallReader(os.environ[ENV], skip_existing=True)
-    pending: list[dict] = []  # the training step's calls, read before a validation ran
-    compute_metrics = module.PPOTrainer._compute_metrics
-    validate = module.PPOTrainer._validate
+class ToolMetrics:
+    """The tool set of figures trainctl.runtime.verl_patches adds to the training log: the calls recorded under
+    `folder` since the last report (a resumed run's earlier calls belong to earlier steps)."""
 
-    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        result = compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch)
-        try:
-            records = pending + reader.new_records()
-            pending.clear()
-            metrics.update(call_metrics(records, _trajectories(batch)))
-        except Exception as e:  # the figures are a report: their absence must not stop training
-            logger.warning("trainctl: no tool metrics for step %s: %s", global_steps, e)
-        return result
+    ENV = "TRAINCTL_TOOL_CALLS"
+    # the verl functions whose output it adds to (trainctl.runtime.verl_patches.METRIC_PATCHES)
+    WRAPS = ("PPOTrainer._compute_metrics", "PPOTrainer._validate")
+    name = "tool"
 
-    def _validate(self, *args, **kwargs):
-        with contextlib.suppress(Exception):  # a report only
-            pending.extend(reader.new_records())
-        out = validate(self, *args, **kwargs)
-        try:
-            records = reader.new_records()
-            if isinstance(out, dict):
-                # the validation batch's size is not known here: only the counts
-                figures = call_metrics(records, 0, prefix="val-tool")
-                out.update({k: v for k, v in figures.items() if "trajector" not in k})
-        except Exception as e:
-            logger.warning("trainctl: no validation tool metrics: %s", e)
-        return out
+    def __init__(self, folder: str | Path):
+        self.reader = CallReader(folder, skip_existing=True)
+        self.pending: list[dict] = []  # the training step's calls, read before a validation ran
 
-    module.PPOTrainer._compute_metrics = _compute_metrics
-    module.PPOTrainer._validate = _validate
-    _INSTALLED["PPOTrainer._compute_metrics"] = compute_metrics
-    _INSTALLED["PPOTrainer._validate"] = validate
+    def step_metrics(self, batch, global_steps: int) -> dict[str, float]:
+        records = self.pending + self.reader.new_records()
+        self.pending.clear()
+        return call_metrics(records, _trajectories(batch))
 
+    def before_validation(self) -> None:
+        self.pending.extend(self.reader.new_records())
 
-def install() -> None:
-    """Wrap the trainer's metrics once its module is imported (at once if it already is)."""
-    import wrapt
-
-    wrapt.register_post_import_hook(_patch, MODULE)
-
-
-def original(name: str):
-    """The unwrapped function (for tests)."""
-    return _INSTALLED.get(name)
+    def validation_metrics(self) -> dict[str, float]:
+        # the validation batch's size is not known here: only the counts
+        figures = call_metrics(self.reader.new_records(), 0, prefix="val-tool")
+        return {k: v for k, v in figures.items() if "trajector" not in k}

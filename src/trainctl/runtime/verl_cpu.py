@@ -21,6 +21,8 @@ from typing import Any
 import psutil
 import torch
 
+from trainctl.runtime.lazy import lazy_classes
+
 logger = logging.getLogger(__name__)
 
 
@@ -152,6 +154,10 @@ def _platform_class():
     return PlatformCPU
 
 
+# built on first use (verl's PlatformBase is imported with verl), under a name pickle finds
+__getattr__ = lazy_classes(__name__, {"PlatformCPU": _platform_class})
+
+
 def _register_engines() -> None:
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
@@ -175,7 +181,7 @@ def install() -> None:
 
     from trainctl.runtime import verl_patches
 
-    cls = _platform_class()
+    cls = __getattr__("PlatformCPU")
     PlatformRegistry.register(platform="cpu")(cls)
     set_platform(cls())
     verl_patches.apply()

@@ -11,17 +11,11 @@ set (trainctl.runtime.tool_metrics).
 
 import os
 
-if os.environ.get("TRAINCTL_REWARD_KIND"):
-    # reward metrics in the training log (trainctl.runtime.reward_metrics): GPU runs too
-    from trainctl.runtime.reward_metrics import install as _install_reward_metrics
+if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS"):
+    # reward and tool metrics in the training log (trainctl.runtime.reward_metrics, .tool_metrics): GPU runs too
+    from trainctl.runtime.verl_patches import apply_metrics as _apply_metrics
 
-    _install_reward_metrics()
-
-if os.environ.get("TRAINCTL_TOOL_CALLS"):
-    # tool metrics in the training log (trainctl.runtime.tool_metrics): runs with tools, GPU runs too
-    from trainctl.runtime.tool_metrics import install as _install_tool_metrics
-
-    _install_tool_metrics()
+    _apply_metrics()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:

@@ -1,20 +1,23 @@
 """The patches trainctl applies to verl where verl offers no hook. All of them, here, guarded to verl 0.9.1.
 
-Each one replaces a module attribute with a wrapper that behaves exactly like the original unless the process
-runs on trainctl's CPU platform. tests/runtime/test_verl_patches.py pins the source of every patched function,
-so a verl upgrade that changes them fails loudly instead of silently running something else.
+Two sets, each replacing module attributes with wrappers:
+  - PATCHES (apply()): behave exactly like the original unless the process runs on trainctl's CPU platform;
+  - METRIC_PATCHES (apply_metrics()): the trainer's metrics, with the figures trainctl adds to the training log
+    (trainctl.runtime.reward_metrics, trainctl.runtime.tool_metrics provide them) when trainctl launched the run
+    with them; one wrapper per verl function, whichever sets are on.
+tests/runtime/test_verl_patches.py pins the source of every patched function, so a verl upgrade that changes them
+fails loudly instead of silently running something else. What verl registers through its own registries (the CPU
+platform, its engines, the hf rollout: trainctl.runtime.verl_cpu) is not patched and is not here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
-import importlib.abc
-import importlib.machinery
 import inspect
 import logging
 import os
-import sys
 from datetime import timedelta
 
 logger = logging.getLogger(__name__)
@@ -51,9 +54,25 @@ PATCHES = {
     ),
 }
 
+TRAINER = "verl.trainer.ppo.v1.trainer_base"
+
+# verl has no hook for adding to the training log: module, function: what it lacks, and what trainctl adds
+METRIC_PATCHES = {
+    (TRAINER, "compute_data_metrics"): (
+        "logs the scores' mean, max and min (critic/score/*) but no spread: reward/<kind>/mean and /std are added"
+    ),
+    (TRAINER, "PPOTrainer._compute_metrics"): (
+        "logs what reward managers return beside the score only for validation, and never how many tool calls were "
+        "made or failed: the judge's figures (reward=judge) and the step's tool calls (tools=...) are added"
+    ),
+    (TRAINER, "PPOTrainer._validate"): (
+        "the tool calls validation makes are reported with the validation metrics (val-tool/*), not the next step's"
+    ),
+}
+
 # modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
 # import: patched when a process first imports them, not imported by every process the plugin is loaded in
-ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer"}
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER}
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
@@ -186,6 +205,72 @@ def _logprobs_from_logits(original):
     return logprobs_from_logits
 
 
+@functools.cache
+def metric_sets() -> tuple:
+    """The metric sets this process adds to the training log, as trainctl's launch environment asks
+    (TRAINCTL_REWARD_KIND, TRAINCTL_TOOL_CALLS); built once, when the trainer's module is patched: the wrappers of
+    one set share its state."""
+    return tuple(cls(os.environ[cls.ENV]) for cls in _metric_set_classes())
+
+
+def _metric_set_classes() -> list[type]:
+    from trainctl.runtime.reward_metrics import RewardMetrics
+    from trainctl.runtime.tool_metrics import ToolMetrics
+
+    return [cls for cls in (RewardMetrics, ToolMetrics) if os.environ.get(cls.ENV)]
+
+
+def _sets_wrapping(func: str) -> list:
+    return [s for s in metric_sets() if func in s.WRAPS]
+
+
+def _compute_data_metrics(original):
+    sets = _sets_wrapping("compute_data_metrics")
+
+    def compute_data_metrics_with_reward(batch, use_critic=True):
+        out = original(batch=batch, use_critic=use_critic)
+        for s in sets:
+            out.update(s.data_metrics(batch))
+        return out
+
+    return compute_data_metrics_with_reward
+
+
+def _compute_metrics(original):
+    sets = _sets_wrapping("PPOTrainer._compute_metrics")
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        result = original(self, batch, metrics, timing_raw, global_steps, epoch)
+        for s in sets:
+            try:
+                metrics.update(s.step_metrics(batch, global_steps))
+            except Exception as e:  # the figures are a report: their absence must not stop training
+                logger.warning("trainctl: no %s metrics for step %s: %s", s.name, global_steps, e)
+        return result
+
+    return _compute_metrics
+
+
+def _validate(original):
+    sets = _sets_wrapping("PPOTrainer._validate")
+
+    def _validate(self, *args, **kwargs):
+        for s in sets:
+            with contextlib.suppress(Exception):  # a report only
+                s.before_validation()
+        out = original(self, *args, **kwargs)
+        for s in sets:
+            try:
+                figures = s.validation_metrics()
+                if isinstance(out, dict):
+                    out.update(figures)
+            except Exception as e:
+                logger.warning("trainctl: no validation %s metrics: %s", s.name, e)
+        return out
+
+    return _validate
+
+
 _WRAPPERS = {
     "initialize_global_process_group": _initialize_global_process_group,
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
@@ -194,12 +279,19 @@ _WRAPPERS = {
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
     "logprobs_from_logits": _logprobs_from_logits,
+    "compute_data_metrics": _compute_data_metrics,
+    "PPOTrainer._compute_metrics": _compute_metrics,
+    "PPOTrainer._validate": _validate,
 }
 
 
 def _resolve(module_name: str, name: str):
     """(owner, attribute) of a dotted name inside a module: a function, a class, or a class's method."""
-    owner = importlib.import_module(module_name)
+    return _owner(importlib.import_module(module_name), name)
+
+
+def _owner(module, name: str):
+    owner = module
     *path, attr = name.split(".")
     for p in path:
         owner = getattr(owner, p)
@@ -219,59 +311,48 @@ def apply(only: tuple[tuple[str, str], ...] | None = None) -> None:
             f"trainctl's CPU support patches verl {VERL_VERSION}, but verl {verl.__version__} is installed: "
             f"install verl=={VERL_VERSION}, or run on GPUs (hardware=1gpu/8gpu/...)"
         )
-    wanted = tuple(only or PATCHES)
-    for module_name in dict.fromkeys(m for m, _ in wanted):
-        if module_name in ON_IMPORT and module_name not in sys.modules:
-            _install_import_hook(wanted)
-        else:
-            _patch_module(module_name, wanted)
+    _apply(tuple(only or PATCHES))
     logger.debug("trainctl applied %d verl patches", len(_APPLIED))
 
 
-def _patch_module(module_name: str, wanted: tuple[tuple[str, str], ...] = tuple(PATCHES)) -> None:
+def apply_metrics() -> None:
+    """Wrap the trainer's metrics for the metric sets the environment asks for (none: nothing is wrapped), once the
+    trainer's module is imported. A report only: on a verl they were not written for, they are left out."""
+    import verl
+
+    wanted = tuple(dict.fromkeys((TRAINER, func) for cls in _metric_set_classes() for func in cls.WRAPS))
+    if not wanted:
+        return
+    if verl.__version__ != VERL_VERSION:
+        logger.warning(
+            "trainctl: its training-log metrics are written for verl %s, not %s: left out",
+            VERL_VERSION,
+            verl.__version__,
+        )
+        return
+    _apply(wanted)
+
+
+def _apply(wanted: tuple[tuple[str, str], ...]) -> None:
+    import wrapt
+
+    for module_name in dict.fromkeys(m for m, _ in wanted):
+        if module_name in ON_IMPORT:
+            # at once if it is already imported, else right after it is (before the importer gets it)
+            wrapt.register_post_import_hook(functools.partial(_patch_module, wanted=wanted), module_name)
+        else:
+            _patch_module(importlib.import_module(module_name), wanted)
+
+
+def _patch_module(module, wanted: tuple[tuple[str, str], ...], name: str | None = None) -> None:
+    module_name = name or module.__name__
     for patched_module, func in wanted:
         if patched_module != module_name or (module_name, func) in _APPLIED:
             continue
-        owner, attr = _resolve(module_name, func)
+        owner, attr = _owner(module, func)
         original = getattr(owner, attr)
         setattr(owner, attr, _WRAPPERS[func](original))
         _APPLIED[(module_name, func)] = original
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """A post-import hook: finds an ON_IMPORT module as Python would, and patches it right after it runs."""
-
-    def __init__(self, wanted: tuple[tuple[str, str], ...]):
-        self.wanted = wanted
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in ON_IMPORT or fullname in sys.modules:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _PatchingLoader(spec.loader, self.wanted)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, wanted: tuple[tuple[str, str], ...]):
-        self.loader, self.wanted = loader, wanted
-
-    def __getattr__(self, name):  # get_source, get_filename, ...: the real loader's
-        return getattr(self.loader, name)
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        _patch_module(module.__name__, self.wanted)
-
-
-def _install_import_hook(wanted: tuple[tuple[str, str], ...]) -> None:
-    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(wanted))
 
 
 def original(module_name: str, func: str):

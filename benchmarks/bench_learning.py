@@ -1,0 +1,165 @@
+"""Issue 29: how long the tiny recipes take to learn on this CPU, and how much their learning varies from seed to seed.
+
+GRPO (`recipe=grpo-arith-tiny-cpu`, 20 steps): the wall time from the command to the first step at which the mean
+reward of the last 3 steps reaches TARGET_REWARD (each step's arrival is timed as its metrics line appears), median of
+BENCH_REPS runs with seeds 0, 1, 2, ...; and per seed the mean reward of steps 1-3 and 10-12 (what the fault run's
+learning test compares, tests/launch/test_faults.py) and the final reward.
+
+With BENCH_LEARNING_ALL=1 also, per seed: SFT (`recipe=quickstart`: val/loss at the first and last validation, the
+format share of greedy answers before and after) and DPO (16 steps, held-out accuracy and margin before and after):
+the run-to-run noise the learning tests' margins are set against (tests/launch/test_learning.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, VENV_BIN, Row, report, reps
+
+TRAINCTL = str(VENV_BIN / "trainctl")
+TARGET_REWARD = 0.3
+WINDOW = 3
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {**os.environ, "TRAINCTL_HOME": str(home), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env.update({"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "TRAINCTL_PROGRESS_EVERY": "0"})
+    env["PYTHONPATH"] = str(ROOT / "src")
+    return env
+
+
+def _setup(home: Path, work: Path) -> None:
+    for args in (["model", "init", "tiny"], ["data", "prep", "arith"]):
+        subprocess.run([TRAINCTL, *args], env=_env(home), cwd=work, check=True, capture_output=True)
+
+
+def _records(path: Path) -> dict[int, dict]:
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                out[int(rec["step"])] = rec["data"]
+            except (ValueError, KeyError):
+                continue
+    return out
+
+
+def grpo(home: Path, work: Path, seed: int) -> dict:
+    name = f"grpo-{seed}"
+    metrics = work / "runs" / name / "metrics" / "attempt-1.jsonl"
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [TRAINCTL, "train", "recipe=grpo-arith-tiny-cpu", f"run.seed={seed}", f"run.name={name}"],
+        env=_env(home), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    arrived: dict[int, float] = {}
+    while proc.poll() is None:
+        for step in _records(metrics):
+            arrived.setdefault(step, time.perf_counter() - start)
+        time.sleep(0.5)
+    out = proc.stdout.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the GRPO run {name} failed:\n{out[-3000:]}")
+    records = _records(metrics)
+    for step in records:
+        arrived.setdefault(step, time.perf_counter() - start)
+    rewards = {s: r["critic/score/mean"] for s, r in records.items() if "critic/score/mean" in r}
+    steps = sorted(rewards)
+    reached = None
+    for i in range(WINDOW - 1, len(steps)):
+        window = [rewards[s] for s in steps[i - WINDOW + 1 : i + 1]]
+        if statistics.mean(window) >= TARGET_REWARD:
+            reached = arrived[steps[i]]
+            break
+    return {
+        "seed": seed,
+        "to_target_s": reached,
+        "first3": statistics.mean(rewards[s] for s in steps[:3]),
+        "steps10_12": statistics.mean(rewards[s] for s in steps[9:12]),
+        "final": rewards[steps[-1]],
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def sft(home: Path, work: Path, seed: int) -> dict:
+    name = f"sft-{seed}"
+    subprocess.run(
+        [TRAINCTL, "train", "recipe=quickstart", f"run.seed={seed}", f"run.name={name}"],
+        env=_env(home), cwd=work, check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        [TRAINCTL, "eval", f"runs/{name}", "--each-checkpoint"], env=_env(home), cwd=work, check=True,
+        capture_output=True,
+    )  # fmt: skip
+    run = work / "runs" / name
+    losses = [
+        r["val/loss"] for _, r in sorted(_records(run / "metrics" / "attempt-1.jsonl").items()) if "val/loss" in r
+    ]
+    evals = [r for _, r in sorted(_records(run / "eval" / "metrics.jsonl").items())]
+    return {
+        "seed": seed,
+        "val_loss": (losses[0], losses[-1]),
+        "format": (evals[0]["eval/arith/format"], evals[-1]["eval/arith/format"]),
+    }
+
+
+def dpo(home: Path, work: Path, seed: int) -> dict:
+    name = f"dpo-{seed}"
+    subprocess.run(
+        [TRAINCTL, "train", "recipe=dpo-arith-tiny-cpu", "run.max_steps=16", "run.val_every=8", f"run.seed={seed}",
+         f"run.name={name}"],
+        env=_env(home), cwd=work, check=True, capture_output=True,
+    )  # fmt: skip
+    records = _records(work / "runs" / name / "metrics" / "attempt-1.jsonl")
+    series = {
+        k: [r[k] for _, r in sorted(records.items()) if k in r]
+        for k in ("eval/rewards/accuracies", "eval/rewards/margins")
+    }
+    return {"seed": seed, **{k: (v[0], v[-1]) for k, v in series.items()}}
+
+
+def main() -> list[Row]:
+    n = reps(3)
+    with tempfile.TemporaryDirectory(prefix="trainctl-bench-learning-") as tmp:
+        home, work = Path(tmp) / "home", Path(tmp) / "work"
+        work.mkdir(parents=True)
+        _setup(home, work)
+        runs = [grpo(home, work, seed) for seed in range(n)]
+        for r in runs:
+            print(
+                f"  GRPO seed {r['seed']}: reward {r['first3']:.3f} (steps 1-3) -> {r['steps10_12']:.3f} (10-12) -> "
+                f"{r['final']:.3f} (20); {TARGET_REWARD} reached after "
+                + (f"{r['to_target_s']:.0f} s" if r["to_target_s"] is not None else "never")
+                + f"; whole run {r['wall_s']:.0f} s"
+            )
+        if os.environ.get("BENCH_LEARNING_ALL"):
+            for r in (sft(home, work, seed) for seed in range(n)):
+                print(f"  SFT seed {r['seed']}: val/loss {r['val_loss'][0]:.3f} -> {r['val_loss'][1]:.3f}; "
+                      f"format {r['format'][0]:.2f} -> {r['format'][1]:.2f}")  # fmt: skip
+            for r in (dpo(home, work, seed) for seed in range(n)):
+                acc, margin = r["eval/rewards/accuracies"], r["eval/rewards/margins"]
+                print(f"  DPO seed {r['seed']}: held-out accuracy {acc[0]:.2f} -> {acc[1]:.2f}; "
+                      f"margin {margin[0]:.3f} -> {margin[1]:.3f}")  # fmt: skip
+    reached = [r["to_target_s"] for r in runs if r["to_target_s"] is not None]
+    rows = [
+        Row(
+            f"GRPO recipe to a mean reward of {TARGET_REWARD} (last {WINDOW} steps), median of {n}",
+            statistics.median(reached) if len(reached) == len(runs) else float("nan"),
+            target="reached in every run",
+            ok=len(reached) == len(runs),
+            note=f"{len(reached)}/{len(runs)} runs reached it",
+        )
+    ]
+    report("learning", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""trainctl.backends.verl: verl's defaults composed from its own YAML (cached), the keys its dataclasses declare
+beyond that YAML, the file logger kept on, and the command each launcher runs."""
+
+from __future__ import annotations
+
+import pickle
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainctl import paths
+from trainctl.backends import verl
+from trainctl.backends.base import JOB_CONFIG_DIR
+from trainctl.errors import ConfigProblems
+from trainctl.plan import make_plan
+
+HYDRA = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
+def test_verls_defaults_are_its_own_yaml_composed_and_each_caller_gets_a_copy():
+    defaults = verl.verl_defaults("ppo_trainer")
+    assert defaults.actor_rollout_ref.actor.optim.lr == verl.verl_default_tree("ppo_trainer")[
+        "actor_rollout_ref"]["actor"]["optim"]["lr"]  # fmt: skip
+    keys = verl.verl_keys("ppo_trainer")
+    assert {"actor_rollout_ref", "actor_rollout_ref.actor", "actor_rollout_ref.actor.optim.lr"} <= keys
+    defaults.actor_rollout_ref.actor.optim.lr = 123.0
+    assert verl.verl_defaults("ppo_trainer").actor_rollout_ref.actor.optim.lr != 123.0
+    # interpolations are kept, as verl resolves them at run time
+    assert any(isinstance(v, str) and v.startswith("${") for v in _leaves(verl.verl_default_tree("ppo_trainer")))
+
+
+def test_a_group_choice_composes_verls_option_and_an_unknown_one_lists_what_there_is():
+    sft = verl.verl_keys("sft_trainer_engine", ("engine=fsdp",))
+    assert "engine.strategy" in sft
+    with pytest.raises(ConfigProblems) as e:
+        verl.verl_keys("sft_trainer_engine", ("engine=no-such-engine",))
+    problem = e.value.problems[0]
+    assert problem.message == "verl has no engine option 'no-such-engine'." and problem.key == "engine"
+    assert "fsdp" in problem.hint.removeprefix("available: ").split(", ")
+
+
+def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt():
+    verl._verl_defaults_cached.cache_clear()
+    verl.verl_keys("ppo_trainer")  # composed (or read) and written to the cache
+    cached = sorted(paths.cache_dir().glob("verl-ppo_trainer-*.pkl"))
+    assert cached, "no cache file written"
+    _, keys, tree = pickle.loads(cached[-1].read_bytes())
+    assert "actor_rollout_ref.actor.optim.lr" in keys and "actor_rollout_ref" in tree
+    for f in cached:
+        f.write_bytes(b"not a pickle")
+    verl._verl_defaults_cached.cache_clear()
+    assert "actor_rollout_ref.actor.optim.lr" in verl.verl_keys("ppo_trainer")
+    assert pickle.loads(cached[-1].read_bytes())[1] == keys
+
+
+def test_declares_the_fields_verls_dataclasses_add_to_its_yaml():
+    backend = verl.VerlPPO()
+    tree = backend.default_tree({})
+    # ActorConfig declares use_rollout_log_probs; ppo_trainer.yaml leaves it out
+    assert "use_rollout_log_probs" not in tree["actor_rollout_ref"]["actor"]
+    assert backend.declares(tree, "actor_rollout_ref.actor.use_rollout_log_probs")
+    assert not backend.declares(tree, "actor_rollout_ref.actor.use_rollout_log_probs.below_a_scalar")
+    assert not backend.declares(tree, "actor_rollout_ref.actor.no_such_field")
+    assert not backend.declares(tree, "no_such_section.x")
+    # a field typed as a mapping takes any key below it
+    assert backend.declares(tree, "actor_rollout_ref.actor.global_batch_info.anything.below")
+
+
+def test_a_declared_field_is_added_with_a_plus_and_an_undeclared_one_is_refused():
+    plan = make_plan(["algorithm=grpo", "actor_rollout_ref.actor.use_rollout_log_probs=true"], native=False)
+    assert "+actor_rollout_ref.actor.use_rollout_log_probs=true" in plan.built.raw_overrides()
+    with pytest.raises(ConfigProblems) as e:
+        make_plan(["algorithm=grpo", "actor_rollout_ref.actor.use_rollout_log_probz=true"], native=False)
+    assert [p.key for p in e.value.problems] == ["actor_rollout_ref.actor.use_rollout_log_probz"]
+
+
+def test_the_file_logger_stays_on_whatever_logger_is_set():
+    """`trainctl runs` and `ckpt` read the run folder's metrics record, which verl's file logger writes."""
+    plan = make_plan(["algorithm=grpo", "trainer.logger=[wandb]"], native=False)
+    assert plan.value("trainer.logger") == ["console", "file", "wandb"]
+    assert plan.backend_cfg.trainer.logger == ["console", "file", "wandb"]
+    kept = make_plan(["algorithm=grpo", "trainer.logger=[file,console]"], native=False)
+    assert kept.value("trainer.logger") == ["file", "console"]
+
+
+def test_ppo_runs_main_ppo_on_a_ray_of_its_own_or_the_clusters():
+    plan = make_plan(["algorithm=grpo", "hardware=cpu"], native=False)
+    run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
+    command = plan.backend.command(plan.cfg, plan.built)
+    assert command.argv == [
+        sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={run_dir}", "--config-name=verl_ppo",
+        f"hydra.run.dir={run_dir}", *HYDRA,
+    ]  # fmt: skip
+    # never a cluster from the caller's RAY_ADDRESS on a local launch
+    assert command.env == {"RAY_ADDRESS": "local"} and command.launcher == "local"
+    # the raw command: verl's own main_ppo with every key trainctl sets, no trainctl file needed
+    assert command.raw_argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    assert command.raw_argv[3:-3] == plan.built.raw_overrides()
+    cluster = make_plan(
+        ["algorithm=grpo", "hardware=2x8gpu", "hardware.ray_address=ray://10.0.0.1:10001"], native=False
+    )
+    assert cluster.backend.command(cluster.cfg, cluster.built).env == {"RAY_ADDRESS": "ray://10.0.0.1:10001"}
+
+
+def test_sft_runs_one_process_per_device_under_torchrun_or_one_controller_on_ray():
+    plan = make_plan(["algorithm=sft", "hardware=8gpu"], native=False)
+    command = plan.backend.command(plan.cfg, plan.built)
+    torchrun = command.argv[: command.argv.index("--standalone")]
+    assert torchrun in (
+        [str(Path(sys.executable).parent / "torchrun")],
+        [sys.executable, "-m", "torch.distributed.run"],
+    )
+    run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
+    assert command.argv[len(torchrun) :] == [
+        "--standalone", "--nnodes=1", "--nproc_per_node=8", "-m", "verl.trainer.sft_trainer",
+        f"--config-path={run_dir}", "--config-name=verl_sft", f"hydra.run.dir={run_dir}", *HYDRA,
+    ]  # fmt: skip
+    assert command.env == {}
+    job = make_plan(["algorithm=sft", "hardware=4x8gpu"], native=False)
+    command = job.backend.command(job.cfg, job.built, config_dir=JOB_CONFIG_DIR)
+    # a Ray job runs on the cluster's interpreter, in the job's working dir
+    assert command.argv == [
+        "python", "-m", "verl.trainer.sft_trainer_ray", f"--config-path={JOB_CONFIG_DIR}", "--config-name=verl_sft",
+        f"hydra.run.dir={JOB_CONFIG_DIR}", *HYDRA,
+    ]  # fmt: skip
+    assert command.launcher == "ray_job"
+
+
+def test_shell_line_quotes_what_the_shell_would_split():
+    line = verl.shell_line(["python", "-m", "x", "a b", "k=$HOME"], {"TOKEN": "it's"})
+    assert line == "TOKEN='it'\"'\"'s' python -m x 'a b' 'k=$HOME'"
+    assert shlex.split(line) == ["TOKEN=it's", "python", "-m", "x", "a b", "k=$HOME"]
+    assert verl.shell_line(["ls"]) == "ls"
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _leaves(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _leaves(v)
+    else:
+        yield tree
