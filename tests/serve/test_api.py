@@ -290,6 +290,24 @@ def test_the_stream_delivers_a_new_metrics_line_within_a_second_and_resumes_with
         again.close()
 
 
+def test_lineage_a_run_trained_from_another_and_the_runs_from_it(api, copies, sft_run):
+    """A run started with model=runs/sft (its lock.json records where its model came from, as ckpt.lineage writes
+    it): its page links to the source run and step, and the source lists it."""
+    copy_run(sft_run.path, copies / "sft-source")
+    copy_run(sft_run.path, copies / "from-sft")
+    source = copies / "sft-source"
+    lock = json.loads((copies / "from-sft" / "lock.json").read_text())
+    lock["lineage"] = {"source": "runs/sft-source", "run": str(source.resolve()), "checkpoint":
+                       str(source / "checkpoints" / "global_step_4"), "step": 4, "base": "tiny",
+                       "merged": "/cache/merged/global_step_4-x", "parent": None}  # fmt: skip
+    (copies / "from-sft" / "lock.json").write_text(json.dumps(lock))
+    child = api.get(f"/api/jobs/{run_uuid(copies / 'from-sft')}").json()["lineage"]
+    assert child["model"]["from"]["run"] == {"uuid": run_uuid(source), "name": "sft-source"}
+    assert child["model"]["from"]["describe"] == f"{source.resolve()} step 4 (model=tiny)"
+    parent = api.get(f"/api/jobs/{run_uuid(source)}").json()["lineage"]
+    assert parent["children"] == [{"uuid": run_uuid(copies / "from-sft"), "name": "from-sft", "step": 4}]
+
+
 def test_a_ray_job_run_links_to_the_ray_dashboard(api, copies, sft_run):
     status = copy_run(sft_run.path, copies / "on-ray")
     status["attempts"][-1].update(launcher="ray_job", address="http://10.0.0.5:8265", job_id="raysubmit_abc123")

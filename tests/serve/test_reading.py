@@ -111,8 +111,9 @@ def _words(fields, base, search):
 def test_job_fields_land_on_trainctl_keys(base, fields, expected, tmp_path):
     from trainctl.config.search import SearchPath
 
-    folder = tmp_path / "model"
+    folder = tmp_path / "model"  # a Hugging Face folder (not a run's checkpoint)
     folder.mkdir()
+    (folder / "config.json").write_text("{}")
     words, _notes, problems = _words({**fields, "model_path": str(folder), "name": "j"}, base, SearchPath.default())
     assert problems == []
     assert words[:2] == ["run.name=j", f"model.path={folder.resolve()}"]
@@ -126,3 +127,11 @@ def test_job_fields_that_do_not_apply_are_problems_naming_the_field():
                             SearchPath.default())  # fmt: skip
     assert {p["key"] for p in problems} == {"rollout_n", "num_gpus", "model_path"}
     assert all(p["hint"] for p in problems)
+
+
+def test_a_run_as_model_path_trains_from_it(sft_run):
+    from trainctl.config.search import SearchPath
+
+    words, notes, problems = _words({"model_path": str(sft_run.path)}, ["recipe=quickstart"], SearchPath.default())
+    assert (words, problems) == ([f"model={sft_run.path.resolve()}"], [])  # trainctl.ckpt.lineage's model=RUN
+    assert "starts from it" in notes[0]

@@ -489,25 +489,48 @@ def detail(store: RunStore, secrets: Secrets, e) -> dict:
     }
 
 
+def _lock_lineage(path: Path) -> dict | None:
+    """The lineage `model=runs/NAME` recorded in a run's lock.json (trainctl.ckpt.lineage), if it has one."""
+    try:
+        found = orjson.loads((path / "lock.json").read_bytes()).get("lineage")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def lineage(store: RunStore, e, tree: dict, job: dict) -> dict:
-    """Where a run comes from and what came of it: its model (another run's checkpoint?), its attempts (resumes),
-    the job that created it, merged checkpoints, evaluations, runs that start from it."""
+    """Where a run comes from and what came of it: the run and checkpoint its model was trained by (model=runs/NAME,
+    recorded in lock.json), its attempts (resumes), the job that created it, merged checkpoints, evaluations, and
+    the runs that start from it."""
+    from trainctl.ckpt.lineage import Lineage
+
     model = tree.get("model") or {}
     model_path = str(model.get("path") or "")
+    source = _lock_lineage(e.path)
+    here = str(e.path.resolve())
     parent = None
     children = []
     for other in store.entries(query_jobs=False):
         if other.path == e.path:
             continue
-        if model_path and (model_path == str(other.path) or model_path.startswith(str(other.path) + "/")):
+        if source and source.get("run") == str(other.path.resolve()):
             parent = {"uuid": other.uuid, "name": other.info.name}
-        if any(str(e.path) in str(a) for a in other.info.raw.get("args") or []):
-            children.append({"uuid": other.uuid, "name": other.info.name})
+        theirs = _lock_lineage(other.path)
+        if theirs and theirs.get("run") == here:
+            children.append({"uuid": other.uuid, "name": other.info.name, "step": theirs.get("step")})
+    came_from = None
+    if source:
+        try:
+            described = Lineage(**source).describe()
+        except TypeError:  # a lineage written by another version
+            described = str(source.get("source"))
+        came_from = {"run": parent, "step": source.get("step"), "checkpoint": source.get("checkpoint"),
+                     "describe": described}  # fmt: skip
     ckpts = e.path / "checkpoints"
     merged = sorted(p.name for p in ckpts.glob("*-hf")) if ckpts.is_dir() else []
     evals = e.path / "eval" / "metrics.jsonl"
     return {
-        "model": {"name": model.get("name") or e.info.model, "path": model_path, "run": parent},
+        "model": {"name": model.get("name") or e.info.model, "path": model_path, "from": came_from},
         "data": {"name": e.info.data, "train_files": (tree.get("data") or {}).get("train_files")},
         "attempts": [
             {

@@ -7,7 +7,8 @@ and prints one JSON object: {"args", "name", "run_dir", "family", "plan", "probl
 
 The fields of the job API, on trainctl's groups and keys:
     name            run.name                  train_data_path  data.train_files
-    model_path      model=OPTION, or model.path=FOLDER    eval_data_path  data.val_files
+    model_path      model=OPTION, model=RUN (a run or its checkpoint), or model.path=FOLDER
+    eval_data_path  data.val_files
     algorithm       algorithm=NAME            num_epochs       run.epochs
     num_gpus        hardware.gpus_per_node (8 per node beyond 8: hardware.nnodes)
     context_length  model.context_length      description      kept beside the run (job.json), not a key
@@ -53,11 +54,17 @@ def _value(comp_cfg, key: str, default=None):
     return default if v is None else v
 
 
+def _load(words: list[str], search):
+    """The composed trainctl config of these words (model=RUN read as the model it means, as the plan reads it)."""
+    from trainctl.ckpt.lineage import from_runs
+    from trainctl.config.load import load
+
+    return load(from_runs(words)[0], search)
+
+
 def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[str], list[str], list[dict]]:
     """The overrides the job's fields stand for (after `base`: the recipe and the algorithm), notes saying what
     was chosen, and problems for fields that do not apply."""
-    from trainctl.config.load import load
-
     words: list[str] = []
     notes: list[str] = []
     problems: list[dict] = []
@@ -70,11 +77,16 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
     model = fields.get("model_path")
     if model:
         options = list(search.options("model"))
+        folder = Path(model).expanduser()
         if model in options:
             words.append(f"model={model}")
-        elif Path(model).expanduser().is_dir():
-            words.append(f"model.path={Path(model).expanduser().resolve()}")
-            notes.append(f"model_path {model} is a folder: model.path={Path(model).expanduser().resolve()}")
+        elif folder.is_dir() and any((p / "run.json").is_file() for p in [folder, *folder.parents][:3]):
+            # a run, or one of its checkpoints: trained from (merged once, recorded as the new run's lineage)
+            words.append(f"model={folder.resolve()}")
+            notes.append(f"model_path {model} is a run's checkpoint: the new run starts from it (model=RUN)")
+        elif folder.is_dir():
+            words.append(f"model.path={folder.resolve()}")
+            notes.append(f"model_path {model} is a folder: model.path={folder.resolve()}")
         else:
             bad(
                 "model_path",
@@ -105,7 +117,7 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
     needs_family = [f for f in ("learning_rate", "batch_size", "rollout_n", "kl_coef") if fields.get(f) is not None]
     if not needs_family:
         return words, notes, problems
-    loaded = load([*base, *words], search)
+    loaded = _load([*base, *words], search)
     family = loaded.cfg.family
     comp = loaded.comp.cfg
     lr, batch, n, kl = (fields.get(f) for f in ("learning_rate", "batch_size", "rollout_n", "kl_coef"))
@@ -186,9 +198,7 @@ def plan_job(request: dict) -> dict:
     out["notes"], out["problems"] = notes, problems
     root = Path(request["root"]).resolve() if request.get("root") else None
     try:
-        from trainctl.config.load import load
-
-        loaded = load(args, search)
+        loaded = _load(args, search)
         out["name"], out["family"] = loaded.cfg.run.name, loaded.cfg.family
         run_dir = Path(loaded.cfg.run.dir).expanduser().resolve()
         if root and root not in run_dir.parents and not any(a.startswith("run.dir=") for a in args):

@@ -340,14 +340,17 @@ async function refreshDetail(uuid) {
   const row = (k, v) => [el("dt", { text: k }), el("dd", {}, v)];
   const model = l.model || {};
   dl.replaceChildren(
-    ...row("model", model.run ? el("a", { href: "/runs/" + model.run.uuid, text: `${model.name} (from run ${model.run.name})` }) : `${model.name || "-"} ${model.path ? "· " + model.path : ""}`),
+    ...row("model", `${model.name || "-"}${model.path ? " · " + model.path : ""}`),
+    ...(model.from ? row("trained from", model.from.run
+      ? el("a", { href: "/runs/" + model.from.run.uuid, text: model.from.describe })
+      : model.from.describe) : []),
     ...row("data", `${(l.data || {}).name || "-"}${(l.data || {}).train_files ? " · " + l.data.train_files : ""}`),
     ...row("started by", l.created_by || "-"),
     ...(d.description ? row("description", d.description) : []),
     ...row("attempts", String((l.attempts || []).length) + ((l.attempts || []).length > 1 ? " (resumed)" : "")),
     ...row("merged", (l.merged || []).join(", ") || "-"),
     ...row("evaluated", l.evaluated ? el("a", { href: `/runs/${d.folder}/checkpoints`, text: "yes: eval/ (see checkpoints)" }) : "no"),
-    ...row("runs from it", (l.children || []).length ? el("span", {}, ...(l.children.map((c) => el("a", { href: "/runs/" + c.uuid, text: c.name + " " })))) : "-"),
+    ...row("runs from it", (l.children || []).length ? el("span", {}, ...(l.children.map((c) => el("a", { href: "/runs/" + c.uuid, text: `${c.name} (step ${c.step ?? "?"}) ` })))) : "-"),
     ...(d.links && d.links.ray_dashboard ? row("Ray dashboard", el("a", { href: d.links.ray_dashboard, text: d.links.ray_dashboard })) : []),
   );
 }
