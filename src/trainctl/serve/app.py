@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import orjson
 from fastapi import Body, FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -645,11 +645,3 @@ def gpu_data(source=None) -> dict:
             for g in stats
         ],
     }
-
-
-def dumps(data) -> str:
-    return orjson.dumps(data, default=str).decode()
-
-
-HTML = HTMLResponse
-JSON = JSONResponse
