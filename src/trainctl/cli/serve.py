@@ -72,6 +72,11 @@ def serve(
                 continue
             raise TrainctlError(f"--runs {r}: no such folder.", hint="trainctl serve --runs FOLDER_OF_RUNS")
     token = read_token(host, token_env)
+    if token_env:
+        import os
+
+        # the jobs, merges and evals it starts inherit its environment: the token stays with the server
+        os.environ.pop(token_env, None)
     from trainctl.serve.server import run_server
 
     run_server(roots, host, port, token, allow_actions, allow_host or [], log_level)
