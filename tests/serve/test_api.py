@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.real_runs import FAST_SFT
 from tests.serve.conftest import (
     SERVER_SECRET,
@@ -22,7 +23,6 @@ from tests.serve.conftest import (
     start_server,
     stop_if_running,
 )
-
 from trainctl.metrics import read_metrics
 from trainctl.serve.store import run_uuid
 
@@ -376,7 +376,7 @@ def test_a_job_created_started_and_finished_through_the_api(api, copies):
         "overrides": [*FAST_SFT[1:], "run.max_steps=1"],
     }
     t0 = time.monotonic()
-    created = api.post("/api/jobs", json=spec)
+    created = api.post("/api/jobs", json=spec, timeout=600)  # it plans: verl validates the config (seconds)
     assert created.status_code == 201, created.text
     job = created.json()
     assert job["problems"] == [], job["problems"]

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.real_runs import FAST_SFT
 from tests.serve.conftest import end, fake_live_run, server_env, start_server, stop_if_running
-
 from trainctl.serve.store import run_uuid
 
 CHROMIUM = Path("/usr/bin/chromium")

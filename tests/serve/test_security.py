@@ -10,8 +10,8 @@ import os
 
 import httpx
 import pytest
-from tests.serve.conftest import SERVER_SECRET, TOKEN, copy_run, server_env, start_server
 
+from tests.serve.conftest import SERVER_SECRET, TOKEN, copy_run, server_env, start_server
 from trainctl.serve.store import run_uuid
 
 MCP_SECRET = "mcp-env-value-9f8e7d6c5b4a"
