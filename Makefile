@@ -40,8 +40,23 @@ demo: $(STAMP) ## train the embedded default on CPU: tiny model + arith data, SF
 	$(BIN)/trainctl train recipe=quickstart run.name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 .PHONY: test
-test: $(STAMP) ## run the test suite (no GPU needed; slow and gpu tests are skipped)
+test: $(STAMP) browser ## run the test suite (no GPU needed; slow and gpu tests are skipped)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The browser tests (tests/serve/test_browser.py) drive Debian's chromium with Playwright, never a downloaded build
+# (no `playwright install`): installed here when missing and this runs as root with apt-get; otherwise the command
+# to run is printed and those tests skip, saying so.
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: browser
+browser: ## install Debian's chromium for the browser tests (root with apt-get; else prints what to run)
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing chromium for the browser tests (apt-get)"; \
+		apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	else \
+		echo "The browser tests need Debian's chromium; run: sudo apt-get install -y chromium   (they skip without it)"; \
+	fi
 
 .PHONY: test-slow
 test-slow: $(STAMP) ## run the slow tests too

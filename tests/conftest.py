@@ -44,6 +44,8 @@ HEAVY_FIRST = (
     "tests/mcp/",  # real MCP servers started and listed (moved out of test_mcp_bridge.py)
     "tests/runtime/test_verl_patches.py",
     "tests/launch/test_ppo.py",  # reads the GRPO and agent runs
+    "tests/serve/test_api.py",  # a real job through the API
+    "tests/serve/test_browser.py",  # a real job from the launch form
     "tests/launch/",
     "tests/ckpt/",
     "tests/eval/",

@@ -25,16 +25,24 @@ def read_jsonl(path: Path) -> dict[int, dict]:
     out: dict[int, dict] = {}
     for line in Path(path).read_text(errors="replace").splitlines():
         try:
-            rec = json.loads(line)
-            step = int(rec["step"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a half-written last line of an interrupted run, or a line without a step
-        if isinstance(rec.get("data"), dict):
-            out.setdefault(step, {}).update(rec["data"])
-            continue
-        values = rec["metrics"] if isinstance(rec.get("metrics"), dict) else rec
-        out.setdefault(step, {}).update({k: v for k, v in values.items() if k not in NOT_METRICS})
+            found = record(json.loads(line))
+        except ValueError:
+            continue  # a half-written last line of an interrupted run
+        if found:
+            out.setdefault(found[0], {}).update(found[1])
     return out
+
+
+def record(rec) -> tuple[int, dict] | None:
+    """(step, metrics) from one parsed JSONL line in any of read_jsonl's formats; None for a line without a step."""
+    try:
+        step = int(rec["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(rec.get("data"), dict):
+        return step, rec["data"]
+    values = rec["metrics"] if isinstance(rec.get("metrics"), dict) else rec
+    return step, {k: v for k, v in values.items() if k not in NOT_METRICS}
 
 
 def read_metrics(run_dir: Path) -> dict[int, dict]:

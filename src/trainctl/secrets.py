@@ -30,8 +30,10 @@ def secret_env(env: dict[str, str] | None = None) -> dict[str, str]:
 class Redactor:
     """Replaces every secret value it knows with ***."""
 
-    def __init__(self, env: dict[str, str] | None = None):
-        values = sorted(set(secret_env(env).values()), key=len, reverse=True)
+    def __init__(self, env: dict[str, str] | None = None, extra: list[str] | None = None):
+        """`extra`: more values to hide, whatever names they had (the server's token, an MCP server's env)."""
+        found = set(secret_env(env).values()) | {v for v in extra or [] if v and len(v) >= 6}
+        values = sorted(found, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(v) for v in values)) if values else None
 
     def text(self, s: str) -> str:

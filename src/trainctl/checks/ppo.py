@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainctl.checks import prometheus
 from trainctl.checks.arith import divisors_near, fix, neighbours, step_for
 from trainctl.checks.base import Number
 from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
@@ -362,6 +363,7 @@ def checks(s: Subject) -> list[Problem]:
         *legacy(s),
         *reward_coverage(s),
         *check_verl_device(s, f"{AR}.actor.strategy", f"{AR}.model.override_config.attn_implementation"),
+        *prometheus.checks(s),
     ]
 
 

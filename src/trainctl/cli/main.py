@@ -18,6 +18,8 @@ from trainctl.cli.common import OVERRIDE_CONTEXT
 from trainctl.cli.doctor import doctor
 from trainctl.cli.eval import EPILOG as EVAL_EPILOG
 from trainctl.cli.eval import eval_command
+from trainctl.cli.serve import EPILOG as SERVE_EPILOG
+from trainctl.cli.serve import serve
 from trainctl.cli.train import EPILOG as TRAIN_EPILOG
 from trainctl.cli.train import train
 
@@ -40,6 +42,7 @@ app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(ckpt_cmd.app, name="ckpt")
 app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(tools_cmd.app, name="tools")
+app.command(epilog=SERVE_EPILOG)(serve)
 app.command(
     context_settings=OVERRIDE_CONTEXT,
     epilog="""\

@@ -13,6 +13,8 @@ class GpuStat:
     used: int  # bytes
     total: int
     utilization: int  # percent
+    temperature: int | None = None  # degrees Celsius
+    power: float | None = None  # watts
 
 
 _STATE: dict = {}
@@ -43,6 +45,30 @@ def _visible(count: int) -> list[int]:
         return list(range(count))
 
 
+def _thermals(nvml, handle) -> tuple[int | None, float | None]:
+    """Temperature and power draw, where the device reports them (not every board does)."""
+    try:
+        temperature = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+    except Exception:
+        temperature = None
+    try:
+        power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+    except Exception:
+        power = None
+    return temperature, power
+
+
+def driver_missing() -> str | None:
+    """Why there are no GPU statistics here, in words (None where NVML answers)."""
+    if _nvml() is not None:
+        return None
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return "nvidia-ml-py is not installed"
+    return "no NVIDIA driver on this machine (NVML could not start)"
+
+
 def gpu_stats() -> list[GpuStat]:
     nvml = _nvml()
     if nvml is None:
@@ -55,7 +81,7 @@ def gpu_stats() -> list[GpuStat]:
             rates = nvml.nvmlDeviceGetUtilizationRates(handle)
             name = nvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else str(name)
-            out.append(GpuStat(i, name, int(memory.used), int(memory.total), int(rates.gpu)))
+            out.append(GpuStat(i, name, int(memory.used), int(memory.total), int(rates.gpu), *_thermals(nvml, handle)))
     except Exception:  # a driver error mid-run: the view goes on without the GPU line
         return []
     return out

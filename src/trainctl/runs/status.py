@@ -70,7 +70,9 @@ def list_runs(root: Path, query_jobs: bool = True) -> list[RunInfo]:
     return sorted(infos, key=lambda i: i.started.timestamp() if i.started else 0, reverse=True)
 
 
-def read_run(path: Path, query_jobs: bool = True) -> RunInfo:
+def read_run(path: Path, query_jobs: bool = True, metrics: bool = True) -> RunInfo:
+    """A run's status; metrics=False leaves steps_done and the headline for the caller (the server reads the
+    metrics' last lines instead of whole files)."""
     path = Path(path)
     try:
         raw = json.loads((path / RUN_FILE).read_text())
@@ -91,7 +93,8 @@ def read_run(path: Path, query_jobs: bool = True) -> RunInfo:
     info.started = parse_time((attempts[0] if attempts else raw).get("started") or raw.get("created"))
     last = attempts[-1] if attempts else {}
     info.steps_total = last.get("steps_total")
-    _metrics(info)
+    if metrics:
+        _metrics(info)
     _liveness(info, raw.get("state", "created"), last, query_jobs)
     info.seconds = _seconds(info, last)
     return info
