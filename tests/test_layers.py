@@ -49,6 +49,8 @@ FORBIDDEN = {
     "launchers": ("trainctl.plan", "trainctl.cli", "trainctl.launch", "trainctl.checks", "trainctl.backends"),
     # eval sits beside plan (it translates configs with plan.resolve, as training does), under the CLI
     "eval": ("trainctl.cli", "trainctl.launch"),
+    # model serve and chat: beside eval (they resolve models as eval does), under the CLI
+    "inference": ("trainctl.cli", "trainctl.launch"),
     "facts": ("trainctl.",),  # plain data: a leaf
 }
 
