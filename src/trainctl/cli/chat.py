@@ -89,7 +89,7 @@ def _start(served):
         typer.echo(line, err=True)
 
     if enabled(served.cfg.tools):
-        say(f"Checking the tools of tools={served.cfg.tools.name}, as a run checks them (MCP servers started and listed)")
+        say(f"Checking tools={served.cfg.tools.name} as a run checks it (its MCP servers started and listed)")
     return start(served, status=say)
 
 
