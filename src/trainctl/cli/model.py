@@ -410,7 +410,9 @@ def _serve_vllm(served, host: str, port: int, token: str | None) -> None:
     from trainctl.inference.server import bind
 
     vllm.check_installed()
-    bind(host, port).close()  # a port in use is said before the merge and vLLM's start
+    sock = bind(host, port)  # a port in use is said before the merge and vLLM's start
+    port = sock.getsockname()[1]  # --port 0: the free port found, handed to vLLM
+    sock.close()
     folder = served.folder()
     _err(f"Serving {served.describe()} as model {served.name!r} with vLLM's OpenAI server on http://{host}:{port}/v1")
     code = vllm.run(served, folder, host, port, token)
