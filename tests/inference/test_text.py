@@ -23,7 +23,7 @@ def _stream(tokenizer, text: str, **kwargs) -> tuple[TextStream, list[str]]:
 
 def test_the_pieces_add_up_to_the_text_and_wait_for_whole_characters(tokenizer):
     text = "What is 12 + 30? It is 42 — é 😀.\n#### 42"
-    stream, shown = _stream(tokenizer, text)
+    _, shown = _stream(tokenizer, text)
     assert "".join(shown) == text
     assert all("\ufffd" not in piece for piece in shown), shown  # a character split over tokens is shown whole
 
