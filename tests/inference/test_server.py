@@ -223,7 +223,11 @@ def test_a_lora_adapter_whose_base_is_gone_is_named(cli, tiny_model, tmp_path):
         result = cli(*command, str(adapter), *(["--port", "0"] if command[0] == "model" else []))
         assert result.exit_code == 1, result.output
         assert f"cannot find the base model of the adapter in {adapter}" in result.stderr
-        assert str(base) in result.stderr and "Hint: trainctl model pull" in result.stderr
+        assert str(base) in result.stderr
+        assert (
+            f"trainctl ckpt merge {adapter} --base DIR --out models/checkpoint-5 && trainctl {' '.join(command)} "
+            "models/checkpoint-5" in result.stderr
+        )
         assert "Loading" not in result.output
 
 

@@ -63,7 +63,7 @@ def chat_command(
     scratch = Path(tempfile.mkdtemp(prefix="trainctl-chat-"))
     conversation = None
     try:
-        served = prepare(model, [*words, f"run.dir={scratch}"], search=search_path(config_dir))
+        served = prepare(model, [*words, f"run.dir={scratch}"], search=search_path(config_dir), command="chat")
         render_warnings(served.warnings)
         conversation = _start(served)
         interactive = sys.stdin.isatty()

@@ -197,7 +197,7 @@ def start(served, status: Callable[[str], None] | None = None) -> Conversation:
         tools.warm()  # MCP servers start while the model loads
     if served.resolved.kind in ("run", "checkpoint") and served.target.folder is None:
         say(f"Merging {served.target.source} into the cache (once; verified, as `trainctl ckpt merge` does)")
-    folder = served.folder()
+    folder = served.folder("chat")
     say(f"Loading {folder}")
     loaded = load(folder, served.cfg.hardware.attn_implementation or "sdpa")
     batch = Batch(loaded, seed=served.sampling.seed)

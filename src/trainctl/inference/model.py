@@ -56,10 +56,24 @@ class Served:
         where = r.run_dir or self.target.source
         return f"{where}, checkpoint {step}"
 
-    def folder(self) -> Path:
+    def folder(self, command: str = "model serve") -> Path:
         """The Hugging Face folder to load: the model itself, or the checkpoint merged (once, verified) into the
         cache. Raises CheckpointError naming what is missing (a LoRA adapter's base model) before loading."""
-        return merged_folder(self.target)
+        from trainctl.ckpt.layout import CheckpointError
+
+        try:
+            return merged_folder(self.target)
+        except CheckpointError as e:
+            if "cannot find the base model" not in e.message:  # trainctl.ckpt.merge's words for a base that is gone
+                raise
+            source, out = self.target.source, f"models/{self.name}"
+            raise CheckpointError(
+                e.message,
+                details=e.details,
+                hint="put the base model back where the adapter names it (`trainctl model pull NAME` for a hub "
+                f"model), or fold the adapter into a base you have: trainctl ckpt merge {source} --base DIR --out "
+                f"{out} && trainctl {command} {out}",
+            ) from None
 
     def sampling_defaults(self) -> dict[str, Any]:
         """The defaults a request's missing settings take: validation's (val_kwargs), as eval uses them."""
@@ -67,8 +81,11 @@ class Served:
         return {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "max_tokens": s.max_tokens}
 
 
-def prepare(model: str, words: list[str], *, name: str | None = None, search=None) -> Served:
-    """Resolve MODEL and compose its config; check everything that can be checked without loading.
+def prepare(
+    model: str, words: list[str], *, name: str | None = None, search=None, command: str = "model serve"
+) -> Served:
+    """Resolve MODEL and compose its config; check everything that can be checked without loading. `command` is
+    the trainctl command the hints name.
 
     Raises UsageError (a word the commands do not take), TrainctlError (nothing loadable at MODEL) or ConfigProblems
     (every problem of the config and settings at once)."""
@@ -84,7 +101,11 @@ def prepare(model: str, words: list[str], *, name: str | None = None, search=Non
                 hint="a client asks for several answers with n in its request; here: "
                 + " ".join(f"{k}=..." for k in SAMPLING_KEYS),
             )
-    resolved = resolve_target(model, False, search.options("model"))
+    try:
+        resolved = resolve_target(model, False, search.options("model"))
+    except TrainctlError as e:  # eval's words for MODEL: its hints name this command instead
+        e.hint = e.hint.replace("trainctl eval", f"trainctl {command}") if e.hint else e.hint
+        raise
     # validation's sampling settings and the tool loop's parser live in the PPO family's config: compose that unless
     # the run chose another family (then its data's RL form, as eval does)
     plan = resolve(["algorithm=grpo", *resolved.args, *overrides], search)
@@ -101,6 +122,14 @@ def prepare(model: str, words: list[str], *, name: str | None = None, search=Non
                 Problem(f"model={model} is not downloaded: {folder} has no config.json.", key="model", hint=fix)
             )
         target.folder = folder
+        if cfg.model.kind != "causal_lm":
+            problems.append(
+                Problem(
+                    f"model={model} is a {cfg.model.kind} model (a score head): it scores text, it does not write any.",
+                    key="model",
+                    hint=f"trainctl {command} tiny, or a run or checkpoint of a policy",
+                )
+            )
     defaults = {
         "n": 1,
         "temperature": plan.value("actor_rollout_ref.rollout.val_kwargs.temperature", 0.0),

@@ -250,6 +250,8 @@ def build_app(service: Service):
             return JSONResponse(await service.respond(job))
         except ApiError as e:
             return error(e)
+        except Exception as e:  # a failure of generation: an OpenAI-shaped 500, the server goes on
+            return error(ApiError(500, f"generation failed: {type(e).__name__}: {e}"))
 
     async def chat(request: Request):
         return await generate(request, lambda body: chat_job(body, service.defaults, service.prompter))
