@@ -54,6 +54,11 @@ class Terminal:
     def close(self, timeout: float = 60) -> int:
         """Ctrl-D; the exit code once the command has stopped its tools and exited (what it shows meanwhile is
         read, so that it never waits on a full terminal)."""
+        # a Ctrl-D typed before readline has put the terminal in raw mode (it does at each prompt) is lost by the
+        # terminal's switch of modes; a person cannot type that fast
+        end = time.monotonic() + 30
+        while termios.tcgetattr(self.master)[3] & termios.ICANON and time.monotonic() < end:
+            time.sleep(0.05)
         os.write(self.master, b"\x04")
         end = time.monotonic() + timeout
         while time.monotonic() < end:

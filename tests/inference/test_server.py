@@ -77,7 +77,8 @@ def _assert_answers_equal_eval(client, name: str, samples: list[dict]) -> None:
         assert choice.finish_reason == ("length" if s["truncated"] else "stop")
     stream = client.chat.completions.create(model=name, messages=samples[0]["prompt"], stream=True)
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
-    assert len([p for p in pieces if p]) > 1, "streamed in several chunks"
+    if "\ufffd" not in samples[0]["response"]:  # a character whose bytes never complete is held to the end
+        assert len([p for p in pieces if p]) > 1, "streamed in several chunks"
     assert "".join(pieces) == samples[0]["response"]
 
 

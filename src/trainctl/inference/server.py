@@ -74,7 +74,7 @@ def read_token(host: str, token_env: str | None, environ: dict | None = None) ->
             f"--token-env {token_env}: the variable {token_env} is {'empty' if token_env in environ else 'not set'}.",
             hint=f"export {token_env}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
         )
-    return value
+    return value.strip()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -169,7 +169,13 @@ class Service:
         return [(i * job.n + j, prompt) for i, prompt in enumerate(job.prompts) for j in range(job.n)]
 
     async def respond(self, job: Job) -> dict:
-        answers = await asyncio.gather(*(self.answer(job, p, i, None) for i, p in self.choices(job)))
+        tasks = [asyncio.ensure_future(self.answer(job, p, i, None)) for i, p in self.choices(job)]
+        try:
+            answers = await asyncio.gather(*tasks)
+        except BaseException:  # one choice failed: the others leave the batch too
+            for task in tasks:
+                task.cancel()
+            raise
         build = chat_response if job.kind == "chat" else completion_response
         return build(job, self.defaults, list(answers))
 
