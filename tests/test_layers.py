@@ -51,6 +51,8 @@ FORBIDDEN = {
     "eval": ("trainctl.cli", "trainctl.launch"),
     # the tool environment outside a run (tools ls/call, the preflight, the lock's record): under plan and CLI
     "toolenv": ("trainctl.plan", "trainctl.cli", "trainctl.launch", "trainctl.checks", "trainctl.backends"),
+    # model serve and chat: beside eval (they resolve models as eval does), under the CLI
+    "inference": ("trainctl.cli", "trainctl.launch"),
     "facts": ("trainctl.",),  # plain data: a leaf
 }
 

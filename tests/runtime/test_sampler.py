@@ -123,6 +123,29 @@ def test_requests_that_join_a_running_batch_get_what_they_would_alone(model):
         assert done[i].log_probs == pytest.approx(logps, abs=1e-4)
 
 
+def test_cancelled_requests_leave_and_the_others_go_on_as_alone(model):
+    """What `model serve` does for a client that hung up: `cancel` between steps, waiting or running; `partial`
+    shows each running request's tokens so far (what a stream sends)."""
+    prompts = _prompts(4, seed=3)
+    sampler = BatchSampler(model, [EOS], max_batch_size=3)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        sampler.add(p, greedy, key=i)
+    done = dict(sampler.step())
+    for _ in range(3):
+        done.update(sampler.step())
+    partial = dict(sampler.partial())
+    assert sorted(partial) == [0, 1, 2] and len({len(t) for t in partial.values()}) == 1
+    assert partial[0] == one_at_a_time(model, prompts[0], len(partial[0]))[0]
+    assert sampler.cancel(1) and sampler.cancel(3)  # one running, one still waiting (max_batch_size 3)
+    assert not sampler.cancel(1)
+    while sampler.busy:
+        done.update(sampler.step())
+    assert sorted(done) == [0, 2]
+    for i in (0, 2):
+        assert done[i].token_ids == one_at_a_time(model, prompts[i], 12)[0]
+
+
 def test_eos_stops_unless_ignored_and_repetition_penalty(model):
     prompt = _prompts(1, seed=2)[0]
     tokens, _ = one_at_a_time(model, prompt, 10)

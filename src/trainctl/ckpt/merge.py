@@ -102,6 +102,8 @@ def _find_base(candidates: list[tuple[str, str]], adapter: Path, checkpoint: Che
         p = Path(ref).expanduser()
         if (p / "config.json").is_file():
             return p
+        if p.is_absolute():  # a folder that is gone: no model option or repository id looks like this
+            continue
         try:
             resolved = resolve_ref(ref)
         except ModelError:

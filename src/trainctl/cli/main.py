@@ -14,6 +14,8 @@ from trainctl.cli import jobs as jobs_cmd
 from trainctl.cli import model as model_cmd
 from trainctl.cli import runs as runs_cmd
 from trainctl.cli import tools as tools_cmd
+from trainctl.cli.chat import EPILOG as CHAT_EPILOG
+from trainctl.cli.chat import chat_command
 from trainctl.cli.common import OVERRIDE_CONTEXT
 from trainctl.cli.doctor import doctor
 from trainctl.cli.eval import EPILOG as EVAL_EPILOG
@@ -35,6 +37,7 @@ app = typer.Typer(
 )
 app.command(context_settings=OVERRIDE_CONTEXT, epilog=TRAIN_EPILOG)(train)
 app.command("eval", context_settings=OVERRIDE_CONTEXT, epilog=EVAL_EPILOG)(eval_command)
+app.command("chat", context_settings=OVERRIDE_CONTEXT, epilog=CHAT_EPILOG)(chat_command)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(model_cmd.app, name="model")

@@ -17,6 +17,7 @@ from trainctl.cli.common import (
     Overrides,
     byte_progress,
     command_overrides,
+    render_warnings,
     search_path,
 )
 
@@ -319,3 +320,114 @@ def rm(
             typer.echo("Kept.")
             return
     typer.echo(f"Removed {remove(name, search)}")
+
+
+@app.command(
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+\b
+Examples:
+  trainctl model serve tiny                                 the tiny model on http://127.0.0.1:8000/v1
+  trainctl model serve runs/grpo --port 8001                a run's latest checkpoint (merged into the cache once)
+  trainctl model serve runs/grpo/checkpoints/global_step_40 temperature=0.7
+  SERVE_TOKEN=... trainctl model serve runs/grpo --host 0.0.0.0 --token-env SERVE_TOKEN
+  trainctl model serve qwen2.5-7b hardware=1gpu             vLLM's OpenAI server on a GPU
+\b
+Then, from any OpenAI client:
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "tiny", "messages": [{"role": "user", "content": "What is 2 + 3?"}]}'
+  OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused").chat.completions.create(...)
+\b
+Defaults of every request: the run's validation settings (greedy unless val_kwargs say otherwise) and
+data.max_response_length tokens, so an answer is the one `trainctl eval` scores; the words temperature, top_p,
+top_k, max_tokens and seed change them. Tool calls in answers are parsed with the run's format (tools.format).
+\b
+Exit codes: 0 served and stopped, 1 a problem found before loading (the model, checkpoint, base model, port),
+2 a usage error (a non-loopback --host without --token-env), 130 stopped by Ctrl-C.
+""",
+)
+def serve(
+    ctx: typer.Context,
+    model: Annotated[
+        str, typer.Argument(help="a model option, a Hugging Face folder, a run folder, or one checkpoint (as eval)")
+    ],
+    overrides: Overrides = None,
+    host: Annotated[str, typer.Option("--host", help="the address to listen on (loopback unless a token is set)")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", help="the port to listen on (0: any free port)")] = 8000,
+    token_env: Annotated[
+        str | None,
+        typer.Option(
+            "--token-env",
+            help="the environment variable holding the bearer token every request must send; required for a "
+            "non-loopback --host",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="the model id clients send (default: the model option, run or folder name)"),
+    ] = None,
+    config_dir: ConfigDirs = None,
+) -> None:
+    """Serve a model, run or checkpoint as an OpenAI-compatible API: /v1/models, /v1/chat/completions,
+    /v1/completions, streaming included.
+
+    On CPU hardware: trainctl's batched sampler (the one `trainctl eval` generates with) behind a small HTTP server;
+    on GPU hardware: vLLM's OpenAI server.
+    """
+    from trainctl.inference.model import prepare
+    from trainctl.inference.server import read_token
+
+    words, search = command_overrides(ctx, overrides, config_dir)
+    token = read_token(host, token_env)
+    served = prepare(model, words, name=name, search=search)
+    render_warnings(served.warnings)
+    if served.engine != "hf":
+        _serve_vllm(served, host, port, token)
+        return
+    _serve_cpu(served, host, port, token, token_env)
+
+
+def _serve_cpu(served, host: str, port: int, token: str | None, token_env: str | None) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from trainctl.inference.server import open_server
+
+    hf_logging.disable_progress_bar()
+    server = open_server(served, host, port, token, status=_err)
+    s = served.sampling
+    _err(f"Serving {served.describe()} as model {served.name!r}")
+    _err(
+        f"  engine: trainctl's batched CPU sampler (as `trainctl eval`); defaults: {_sampling_words(s)}, "
+        f"tool calls: {served.tool_format}"
+    )
+    _err(
+        "  auth: "
+        + (f"a bearer token, from ${token_env}" if token else "none (loopback only; --token-env NAME to require one)")
+    )
+    _err(f"Ready: {server.url}  (Ctrl-C stops it)")
+    server.run()
+
+
+def _serve_vllm(served, host: str, port: int, token: str | None) -> None:
+    from trainctl.inference import vllm
+    from trainctl.inference.server import bind
+
+    vllm.check_installed()
+    sock = bind(host, port)  # a port in use is said before the merge and vLLM's start
+    port = sock.getsockname()[1]  # --port 0: the free port found, handed to vLLM
+    sock.close()
+    folder = served.folder()
+    _err(f"Serving {served.describe()} as model {served.name!r} with vLLM's OpenAI server on http://{host}:{port}/v1")
+    code = vllm.run(served, folder, host, port, token)
+    if code not in (0, -2, 130):
+        from trainctl.errors import RunFailed
+
+        raise RunFailed(f"vLLM's server exited with code {code}.", hint="its output above says why")
+
+
+def _sampling_words(s) -> str:
+    how = "greedy" if s.greedy else f"temperature {s.temperature:g}, top_p {s.top_p:g}, top_k {s.top_k}"
+    return f"{how}, max_tokens {s.max_tokens}"

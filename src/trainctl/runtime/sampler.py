@@ -164,6 +164,22 @@ class BatchSampler:
         """Forget every request (after a failed step)."""
         self.waiting, self.rows, self.cache, self.mask = [], [], None, None
 
+    def cancel(self, key: Any) -> bool:
+        """Drop a request, waiting or running (its caller went away); True if it was here. Call between steps."""
+        for i, row in enumerate(self.waiting):
+            if row.key == key:
+                del self.waiting[i]
+                return True
+        keep = [i for i, row in enumerate(self.rows) if row.key != key]
+        if len(keep) == len(self.rows):
+            return False
+        self._drop(keep)
+        return True
+
+    def partial(self) -> list[tuple[Any, list[int]]]:
+        """(key, tokens sampled so far) of every running request: what a streaming caller sends between steps."""
+        return [(row.key, row.out) for row in self.rows]
+
     def step(self) -> list[tuple[Any, Completion]]:
         """Admit waiting requests (one prefill pass per group), then one decode pass for the whole batch."""
         finished: list[tuple[Any, Completion]] = []

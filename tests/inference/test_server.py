@@ -1,0 +1,238 @@
+"""`trainctl model serve` for real: the official `openai` client against the server on 127.0.0.1, answers compared
+token for token with what `trainctl eval` wrote for the same prompts; a tool call parsed back; the token; and every
+refusal before anything is loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.inference.conftest import TOOL_QUESTION, eval_samples, served_here
+from tests.launch.conftest import model_run  # noqa: F401  the session's GRPO run with lora=r8 (a shared run)
+
+
+class ServeProcess:
+    """`trainctl model serve ...` as a user starts it; its output is collected as it comes."""
+
+    def __init__(self, *args: str, env: dict[str, str]):
+        argv = [sys.executable, "-m", "trainctl", "model", "serve", *args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith("Ready: "):
+                self.ready.set()
+        self.ready.set()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def url(self, timeout: float = 120) -> str:
+        assert self.ready.wait(timeout), f"no Ready line in {timeout} s:\n{self.output}"
+        found = re.search(r"^Ready: (http://\S+)", self.output, re.M)
+        assert found, f"the server did not start:\n{self.output}"
+        return found.group(1)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(30)
+        self._reader.join(10)
+        return code
+
+
+def _get(url: str, headers: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read())
+
+
+def _assert_answers_equal_eval(client, name: str, samples: list[dict]) -> None:
+    for s in samples:
+        r = client.chat.completions.create(model=name, messages=s["prompt"])
+        choice = r.choices[0]
+        assert choice.message.content == s["response"], (choice.message.content, s["response"])
+        assert r.usage.completion_tokens == s["response_tokens"]
+        assert choice.finish_reason == ("length" if s["truncated"] else "stop")
+    stream = client.chat.completions.create(model=name, messages=samples[0]["prompt"], stream=True)
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    if "\ufffd" not in samples[0]["response"]:  # a character whose bytes never complete is held to the end
+        assert len([p for p in pieces if p]) > 1, "streamed in several chunks"
+    assert "".join(pieces) == samples[0]["response"]
+
+
+def test_serve_answers_what_eval_scored_and_requires_its_token(tiny_model, arith_data, tmp_path):
+    from openai import AuthenticationError, OpenAI
+
+    token = "tok-" + secrets.token_urlsafe(24)
+    server = ServeProcess("tiny", "--port", "0", "--token-env", "SERVE_TOKEN", env={**os.environ, "SERVE_TOKEN": token})
+    try:
+        samples = eval_samples("tiny", tmp_path / "eval")  # while the server starts
+        url = server.url()
+        client = OpenAI(base_url=url, api_key=token)
+        assert [m.id for m in client.models.list()] == ["tiny"]
+        _assert_answers_equal_eval(client, "tiny", samples)
+
+        # /v1/completions on the prompt as the chat template writes it: the same answer
+        from transformers import AutoTokenizer
+
+        text = AutoTokenizer.from_pretrained(tiny_model).apply_chat_template(
+            samples[0]["prompt"], tokenize=False, add_generation_prompt=True
+        )
+        done = client.completions.create(model="tiny", prompt=text)
+        assert done.choices[0].text == samples[0]["response"]
+
+        # the token: required on every /v1 route, compared whole
+        with pytest.raises(AuthenticationError):
+            OpenAI(base_url=url, api_key=token[:-1]).models.list()
+        status, headers, body = _get(f"{url}/models")
+        assert status == 401 and headers.get("www-authenticate") == "Bearer", (status, headers)
+        assert "bearer token is required" in body["error"]["message"]
+        status, _, _ = _get(f"{url}/models", {"Authorization": f"Bearer {token}"})
+        assert status == 200
+        assert _get(url.removesuffix("/v1") + "/health")[0] == 200  # says only that it is up
+        # a loopback server answers loopback host names only (DNS rebinding)
+        status, _, body = _get(f"{url}/models", {"Authorization": f"Bearer {token}", "Host": "evil.example:80"})
+        assert status == 400 and "host" in body["error"]["message"].lower()
+    finally:
+        code = server.stop()
+    assert code == 130, server.output[-3000:]  # stopped by Ctrl-C
+    assert "auth: a bearer token, from $SERVE_TOKEN" in server.output
+    assert token not in server.output
+
+
+def test_serve_a_lora_grpo_checkpoint_merged_into_the_cache(model_run, monkeypatch, tmp_path):  # noqa: F811
+    from openai import OpenAI
+
+    from trainctl.paths import cache_dir
+
+    # the run's home: its config names the tiny model and the tiny reward model it was trained and scored with
+    monkeypatch.setenv("TRAINCTL_HOME", str(model_run.home))
+    samples = eval_samples(str(model_run.dir), tmp_path / "eval")
+    before = sorted(p.name for p in model_run.dir.rglob("*"))
+    with served_here(str(model_run.dir)) as server:
+        assert server.served.describe().endswith("checkpoint step 2"), server.served.describe()
+        assert server.folder.is_relative_to(cache_dir()), server.folder  # merged into the cache, verified
+        _assert_answers_equal_eval(OpenAI(base_url=server.url, api_key="unused"), "rm", samples)
+    assert sorted(p.name for p in model_run.dir.rglob("*")) == before, "nothing written into the run"
+
+
+def test_a_tool_call_comes_back_parsed_with_the_runs_parser(tiny_tools_dir):
+    from openai import OpenAI
+
+    from trainctl.data.tools import calculator_schema
+    from trainctl.runtime.tools.calculator import calculate
+
+    tools = [calculator_schema()]
+    question = [{"role": "user", "content": TOOL_QUESTION}]
+    with served_here(str(tiny_tools_dir)) as server:
+        client = OpenAI(base_url=server.url, api_key="unused")
+        r = client.chat.completions.create(model="tiny-tools", messages=question, tools=tools)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        (call,) = choice.message.tool_calls
+        assert call.type == "function" and call.function.name == "calculator"
+        arguments = json.loads(call.function.arguments)
+        assert list(arguments) == ["expression"]
+        assert "<tool_call>" not in (choice.message.content or "")
+
+        # streamed: the markup is never sent as text; the call comes as a tool_calls delta
+        chunks = list(client.chat.completions.create(model="tiny-tools", messages=question, tools=tools, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        deltas = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
+        assert "<tool_call>" not in text
+        assert [(d.function.name, json.loads(d.function.arguments)) for d in deltas] == [("calculator", arguments)]
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+        # the result sent back renders through the template; tool_choice=none leaves calls unparsed
+        follow = [
+            *question,
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": calculate(arguments["expression"])},
+        ]
+        r = client.chat.completions.create(model="tiny-tools", messages=follow, tools=tools)
+        assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        r = client.chat.completions.create(model="tiny-tools", messages=question, tools=tools, tool_choice="none")
+        assert r.choices[0].message.tool_calls is None and "<tool_call>" in r.choices[0].message.content
+
+
+def test_refusals_come_before_anything_is_loaded(cli, tiny_model, tmp_path):
+    # a non-loopback host needs a token, from a variable that is set
+    result = cli("model", "serve", "tiny", "--host", "0.0.0.0")
+    assert result.exit_code == 2 and "--host 0.0.0.0 would let other machines reach the model" in result.stderr
+    assert "--token-env SERVE_TOKEN" in result.stderr
+    result = cli("model", "serve", "tiny", "--host", "0.0.0.0", "--token-env", "NO_SUCH_TOKEN_VAR")
+    assert result.exit_code == 2 and "NO_SUCH_TOKEN_VAR is not set" in result.stderr
+
+    # a port in use: said at once, with a free one to use instead
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        started = time.monotonic()
+        result = cli("model", "serve", "tiny", "--port", str(port))
+    assert result.exit_code == 1, result.output
+    assert (
+        f"port {port} on 127.0.0.1 is in use" in result.stderr and "Hint: choose another port: --port" in result.stderr
+    )
+    assert "Loading" not in result.output and time.monotonic() - started < 30
+
+    # nothing there
+    result = cli("chat", "runs/nope")
+    assert result.exit_code == 1 and "runs/nope does not exist" in result.stderr, result.output
+    shutil_rm = tiny_model / "config.json"
+    shutil_rm.unlink()
+    result = cli("model", "serve", "tiny")
+    assert result.exit_code == 1 and "model=tiny is not downloaded" in result.stderr
+    assert "Hint: trainctl model init tiny" in result.stderr
+
+
+def test_a_lora_adapter_whose_base_is_gone_is_named(cli, tiny_model, tmp_path):
+    import shutil
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model, base)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=4, target_modules=["q_proj"]))
+    adapter = tmp_path / "runs" / "lora" / "checkpoints" / "checkpoint-5"
+    model.save_pretrained(adapter)
+    shutil.rmtree(base)
+    for command in (("model", "serve"), ("chat",)):
+        result = cli(*command, str(adapter), *(["--port", "0"] if command[0] == "model" else []))
+        assert result.exit_code == 1, result.output
+        assert f"cannot find the base model of the adapter in {adapter}" in result.stderr
+        assert str(base) in result.stderr
+        assert (
+            f"trainctl ckpt merge {adapter} --base DIR --out models/checkpoint-5 && trainctl {' '.join(command)} "
+            "models/checkpoint-5" in result.stderr
+        )
+        assert "Loading" not in result.output
+
+
+def test_help_documents_the_exit_codes(cli):
+    for command in (("model", "serve"), ("chat",)):
+        result = cli(*command, "--help")
+        assert result.exit_code == 0 and "Exit codes: 0" in result.stdout
