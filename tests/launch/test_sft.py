@@ -49,7 +49,7 @@ def test_sft_trains_checkpoints_survives_a_full_disk_and_resumes_across_an_epoch
     assert "Incomplete: global_step_6: optim_world_size_1_rank_0.pt is cut short" in " ".join(listed.stdout.split())
     # what picks a checkpoint of the run (merge, eval, best) takes the newest whole one
     merge = cli("ckpt", "merge", "runs/sft", "--out", str(tmp_path / "merged"))
-    assert merge.exit_code == 0 and "global_step_4" in merge.stdout, merge.output
+    assert merge.exit_code == 0 and "global_step_4 (verl-fsdp, step 4)" in merge.stderr, merge.output
 
     # step 4 ends epoch 1: raw verl would now skip epoch 2 and exit 0 without training
     second = cli("train", "--resume", "runs/sft", "run.epochs=2")

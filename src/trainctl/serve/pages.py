@@ -86,7 +86,7 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
         e = found(key)
         if e is None:
             return missing(key)
-        from trainctl.serve.app import checkpoints
+        from trainctl.serve.views import checkpoints
 
         return page("checkpoints.html", f"{e.info.name}: checkpoints", run=e.row(), checkpoints=checkpoints(e.path))
 
@@ -104,7 +104,7 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
         keys = [k for k in runs.split(",") if k]
         result, error = None, None
         if len(keys) >= 2:
-            from trainctl.serve.app import comparison
+            from trainctl.serve.views import comparison
 
             try:
                 result = comparison(store, keys)
@@ -115,7 +115,7 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
 
     @app.get("/gpus", include_in_schema=False)
     def gpus_page() -> HTMLResponse:
-        from trainctl.serve.app import gpu_data
+        from trainctl.serve.views import gpu_data
 
         return page("gpus.html", "GPUs", gpus=gpu_data(config.gpus))
 
@@ -153,6 +153,6 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
 
 
 def _pending(job: dict) -> dict:
-    from trainctl.serve.app import _pending_row
+    from trainctl.serve.views import pending_row
 
-    return _pending_row(job)
+    return pending_row(job)

@@ -156,8 +156,9 @@ class Secrets:
 class Guard:
     """Host check, authentication and the POST rules, before any route runs; security headers on every response."""
 
-    def __init__(self, app, token: str | None, hosts: set[str]):
+    def __init__(self, app, token: str | None, hosts: set[str], login_page=None):
         self.app = app
+        self.login_page = login_page  # (next_path) -> the login page's HTML: trainctl.serve.pages renders it
         self.token = token
         self.cookie = cookie_value(token) if token else None
         self.hosts = hosts
@@ -211,10 +212,8 @@ class Guard:
     async def _unauthorized(self, scope, headers, send):
         path = scope.get("path", "")
         wants_html = "text/html" in headers.get("accept", "") and not path.startswith(("/api/", "/metrics"))
-        if wants_html and scope["method"] == "GET":
-            from trainctl.serve.pages import login_page
-
-            body = login_page(next_path=path).encode()
+        if wants_html and scope["method"] == "GET" and self.login_page is not None:
+            body = self.login_page(next_path=path).encode()
             return await _send(send, 401, body, b"text/html; charset=utf-8", [(b"www-authenticate", b"Bearer")])
         return await _json(
             send,
