@@ -81,7 +81,7 @@ def _calls(text: str) -> list[tuple[str, str]]:
 def test_chat_in_a_terminal_calls_the_calculator_and_takes_commands(tiny_tools):
     term = Terminal([sys.executable, "-m", "trainctl", "chat", "tiny-tools", "tools=calculator"], dict(os.environ))
     try:
-        banner = term.read_until("you> ")
+        banner = " ".join(term.read_until("you> ").split())  # long lines wrap at the terminal's width
         assert "trainctl chat" in banner and "tools: calculator" in banner and "greedy" in banner, banner
         shown = term.type(TOOL_QUESTION)
         calls = _calls(shown)
