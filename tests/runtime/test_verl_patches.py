@@ -46,6 +46,14 @@ PINNED = {
     (verl_patches.TRAINER, "PPOTrainer._validate"): (
         "f1d58a70e91d7883d78f827c5fb583094ae307c85f6e50ec7a6b4e44092f5bfa"
     ),
+    # the trajectories' turns in the rollout dumps (trainctl.runtime.trajectories)
+    (verl_patches.LOOP, "ToolAgentLoop.run"): "4d3b05be93f3261c1f4d0d4d9b3283e88d5b5de57515d585c32a6ff698b1ad0f",
+    (verl_patches.LOOP, "ToolAgentLoop._handle_pending_state"): (
+        "87d7a6091d94434296d155cc92860415c344da31804a9220a9ed69f01641b82c"
+    ),
+    (verl_patches.TRAINER, "PPOTrainer._write_generations"): (
+        "9dac31a75a9c687e8601a22fde0f7c9b6892ef0ad8b2d01f768a9aa5ebd23325"
+    ),
 }
 # where a patched name is not a verl function, the verl code that uses it
 _PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
@@ -65,7 +73,9 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     import verl
 
     assert verl.__version__ == verl_patches.VERL_VERSION
-    assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES)
+    assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES) | set(
+        verl_patches.TRAJECTORY_PATCHES
+    )
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"

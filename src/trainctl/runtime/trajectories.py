@@ -2,8 +2,9 @@
 
 verl 0.9.1 dumps each step's trajectories (trainer.rollout_data_dir) as the prompt and the response decoded to flat
 strings (`input`, `output`, with `score`, `gts`, `step` and the sample key `uid`): the roles, the tool calls and
-their results are gone. Its tool agent loop holds them while a trajectory runs (AgentData.messages). Two hooks, each
-installed where its module is imported (post-import hooks, like trainctl.runtime.tool_metrics):
+their results are gone. Its tool agent loop holds them while a trajectory runs (AgentData.messages). Two hooks
+(the wrappers here; trainctl.runtime.verl_patches applies them, pinned to verl 0.9.1, when a process imports the
+module):
 
   worker  ToolAgentLoop (verl.experimental.agent_loop.tool_agent_loop): when a trajectory ends, its messages
           (user, assistant turns with their tool calls, tool results) are appended to
@@ -14,7 +15,7 @@ installed where its module is imported (post-import hooks, like trainctl.runtime
           line gets `turns` (a list of {role, content, tool_calls?}) from those records; verl's own fields stay as
           they are (`trainctl runs rollouts` and the serve platform read both).
 
-trainctl's verl plugin installs both for runs with tools (TRAINCTL_TOOL_CALLS set).
+trainctl's verl plugin applies both for runs with tools (TRAINCTL_TOOL_CALLS set): verl_patches.apply_trajectories().
 """
 
 from __future__ import annotations
@@ -29,15 +30,11 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-LOOP_MODULE = "verl.experimental.agent_loop.tool_agent_loop"
-TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
-WRAPPED = ("ToolAgentLoop.run", "ToolAgentLoop._handle_pending_state", "PPOTrainer._write_generations")
 TURNS_DIR = "turns"  # under the rollout dump folder
 # a record is looked for in the turn files of its step and of the steps just before (a trajectory generated for one
 # step can be dumped with the next, off-policy)
 STEPS_BACK = 2
 
-_INSTALLED: dict[str, object] = {}
 _LOCK = threading.Lock()
 
 
@@ -113,15 +110,18 @@ def write_record(folder: Path, step: Any, record: dict) -> None:
             f.write(line)
 
 
-def _patch_loop(module) -> None:
-    if "ToolAgentLoop.run" in _INSTALLED:
-        return
-    loop = module.ToolAgentLoop
-    run, pending = loop.run, loop._handle_pending_state
+def wrap_pending_state(pending):
+    """ToolAgentLoop._handle_pending_state, keeping the trajectory's state for run() to read."""
 
     async def _handle_pending_state(self, agent_data, sampling_params):
         self._trainctl_agent_data = agent_data  # one loop object per trajectory: its state, for run() to read
         return await pending(self, agent_data, sampling_params)
+
+    return _handle_pending_state
+
+
+def wrap_run(run):
+    """ToolAgentLoop.run, writing the trajectory's turns once it ends."""
 
     async def run_and_record(self, sampling_params, **kwargs):
         output = await run(self, sampling_params, **kwargs)
@@ -131,10 +131,7 @@ def _patch_loop(module) -> None:
             logger.warning("trainctl: no turns recorded for a trajectory: %s", e)
         return output
 
-    loop._handle_pending_state = _handle_pending_state
-    loop.run = run_and_record
-    _INSTALLED["ToolAgentLoop.run"] = run
-    _INSTALLED["ToolAgentLoop._handle_pending_state"] = pending
+    return run_and_record
 
 
 def _record(loop: Any, kwargs: dict) -> None:
@@ -196,10 +193,8 @@ def add_turns(dump: Path, folder: Path, step: int) -> int:
     return joined
 
 
-def _patch_trainer(module) -> None:
-    if "PPOTrainer._write_generations" in _INSTALLED:
-        return
-    write = module.PPOTrainer._write_generations
+def wrap_write_generations(write):
+    """PPOTrainer._write_generations (a staticmethod), adding the turns to the dump verl has just written."""
 
     def _write_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path, global_steps):
         write(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path, global_steps)
@@ -210,22 +205,8 @@ def _patch_trainer(module) -> None:
         except Exception as e:  # verl's dump stays as verl wrote it
             logger.warning("trainctl: no turns added to the dump of step %s: %s", global_steps, e)
 
-    module.PPOTrainer._write_generations = staticmethod(_write_generations)
-    _INSTALLED["PPOTrainer._write_generations"] = write
+    return staticmethod(_write_generations)
 
 
 # where the worker hook writes its records (the run's rollout folder), for the validation dumps of another folder
 ENV_ROLLOUTS = "TRAINCTL_ROLLOUTS"
-
-
-def install() -> None:
-    """Wrap the tool agent loop and the trainer's dump once their modules are imported."""
-    import wrapt
-
-    wrapt.register_post_import_hook(_patch_loop, LOOP_MODULE)
-    wrapt.register_post_import_hook(_patch_trainer, TRAINER_MODULE)
-
-
-def original(name: str):
-    """The unwrapped function (for tests)."""
-    return _INSTALLED.get(name)

@@ -20,9 +20,9 @@ if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS
 
 if os.environ.get("TRAINCTL_TOOL_CALLS"):
     # trajectories as turns in the rollout dumps (trainctl.runtime.trajectories): runs with tools
-    from trainctl.runtime.trajectories import install as _install_trajectories
+    from trainctl.runtime.verl_patches import apply_trajectories as _apply_trajectories
 
-    _install_trajectories()
+    _apply_trajectories()
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:

@@ -1,10 +1,12 @@
 """The patches trainctl applies to verl where verl offers no hook. All of them, here, guarded to verl 0.9.1.
 
-Two sets, each replacing module attributes with wrappers:
+Three sets, each replacing module attributes with wrappers:
   - PATCHES (apply()): behave exactly like the original unless the process runs on trainctl's CPU platform;
   - METRIC_PATCHES (apply_metrics()): the trainer's metrics, with the figures trainctl adds to the training log
     (trainctl.runtime.reward_metrics, trainctl.runtime.tool_metrics provide them) when trainctl launched the run
-    with them; one wrapper per verl function, whichever sets are on.
+    with them; one wrapper per verl function, whichever sets are on;
+  - TRAJECTORY_PATCHES (apply_trajectories()): the turns of each trajectory in the rollout dumps, for runs with
+    tools (trainctl.runtime.trajectories provides the wrappers).
 tests/runtime/test_verl_patches.py pins the source of every patched function, so a verl upgrade that changes them
 fails loudly instead of silently running something else. What verl registers through its own registries (the CPU
 platform, its engines, the hf rollout: trainctl.runtime.verl_cpu) is not patched and is not here.
@@ -70,9 +72,22 @@ METRIC_PATCHES = {
     ),
 }
 
+LOOP = "verl.experimental.agent_loop.tool_agent_loop"
+
+# verl dumps trajectories as flat text: module, function: what it drops, and what trainctl keeps
+TRAJECTORY_PATCHES = {
+    (LOOP, "ToolAgentLoop._handle_pending_state"): (
+        "the loop's state (AgentData: the messages, tool calls and results) is local to run(): it is kept on the loop"
+    ),
+    (LOOP, "ToolAgentLoop.run"): "when a trajectory ends, its turns are written beside the run's rollout dumps",
+    (TRAINER, "PPOTrainer._write_generations"): (
+        "dumps the prompt and response as flat strings: each line gets the trajectory's turns (roles, tool calls)"
+    ),
+}
+
 # modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
 # import: patched when a process first imports them, not imported by every process the plugin is loaded in
-ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER}
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LOOP}
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
@@ -271,6 +286,15 @@ def _validate(original):
     return _validate
 
 
+def _trajectories(name: str):
+    def wrap(original):
+        from trainctl.runtime import trajectories
+
+        return getattr(trajectories, name)(original)
+
+    return wrap
+
+
 _WRAPPERS = {
     "initialize_global_process_group": _initialize_global_process_group,
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
@@ -282,6 +306,9 @@ _WRAPPERS = {
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
+    "ToolAgentLoop._handle_pending_state": _trajectories("wrap_pending_state"),
+    "ToolAgentLoop.run": _trajectories("wrap_run"),
+    "PPOTrainer._write_generations": _trajectories("wrap_write_generations"),
 }
 
 
@@ -331,6 +358,19 @@ def apply_metrics() -> None:
         )
         return
     _apply(wanted)
+
+
+def apply_trajectories() -> None:
+    """Wrap the tool agent loop and the trainer's dump (trainctl.runtime.trajectories) once their modules are
+    imported. A record only: on a verl they were not written for, they are left out."""
+    import verl
+
+    if verl.__version__ != VERL_VERSION:
+        logger.warning(
+            "trainctl: trajectory turns are written for verl %s, not %s: left out", VERL_VERSION, verl.__version__
+        )
+        return
+    _apply(tuple(TRAJECTORY_PATCHES))
 
 
 def _apply(wanted: tuple[tuple[str, str], ...]) -> None:
