@@ -29,6 +29,7 @@ pytest_plugins = ["tests.real_runs"]
 # before the files that only read it, so that no worker waits for a run the other is making and the quick files fill
 # in at the end
 HEAVY_FIRST = (
+    "tests/launch/test_faults.py",  # the longest test (a GRPO run in four attempts): one worker's first
     "tests/launch/test_reward.py",  # the reward-model and judge runs
     "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
     "tests/eval/test_eval.py",  # the GRPO run

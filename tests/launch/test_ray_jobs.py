@@ -246,6 +246,7 @@ def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):
     assert len(losses) == 8 and losses[-1] < losses[0]
 
 
+@pytest.mark.slow  # two minutes: the agent run and its tool loop are in the default suite (test_agent_grpo)
 def test_an_agent_run_with_the_calculator_as_a_ray_job(cli, isolated, tiny_tools_dir, cluster, tmp_path, ray_head):
     """tools=calculator as a Ray job (issue 30): the job's working dir carries its tools.yaml and the calculator's
     server file; the agent-loop workers start the stdio server on the node and call it; no secret goes with the job."""

@@ -75,10 +75,10 @@ def test_resuming_against_other_servers_is_noted(tool_data, tiny_model, tmp_path
     assert now["server_info"]["name"] == "calculator" and now["tools"] == ["calculator"]
     assert now["package"]["name"] == "trainctl" and len(now["schemas_sha256"]) == 64
     trained["servers"]["calculator"]["schemas_sha256"] = "0" * 64
-    trained["servers"]["calculator"]["server_info"]["version"] = "0.0.1"
+    trained["servers"]["calculator"]["server_info"]["version"] = "0.0.1-trained"  # not trainctl's own version
     run.mkdir(parents=True, exist_ok=True)
     (run / "lock.json").write_text(json.dumps({"tools": trained}))
     (note,) = before_launch(plan, run, resume=True)
     assert note.startswith("the tool servers differ from those the run was trained with: ")
-    assert "MCP server 'calculator': it says it is calculator 0.0.1 then" in note
+    assert "MCP server 'calculator': it says it is calculator 0.0.1-trained then" in note
     assert "MCP server 'calculator': its tool schemas changed" in note

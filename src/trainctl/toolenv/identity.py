@@ -49,7 +49,7 @@ def server_record(discovered: Any) -> dict:
     if package:
         record["package"] = package
     if discovered.server_info:
-        record["server_info"] = discovered.server_info
+        record["server_info"] = dict(discovered.server_info)  # a copy: a record is its own (lock.json, changes)
     record["tools"] = sorted(t.name for t in discovered.tools)
     record["schemas_sha256"] = schemas_hash(discovered.tools)
     return record
