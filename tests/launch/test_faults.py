@@ -204,7 +204,8 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     # and it learned: the reward over the run's 12 steps (each step's last record, whichever attempt logged it)
     assert_learned(work / "runs" / NAME, "critic/score/mean", GRPO_REWARD_GAIN, window=3)
     sampled = ["n=8", "temperature=1.0", "--out"]
-    before = cli("eval", "tiny", "reward=arith", *sampled, str(work / "eval-base"))
+    # the base model with the run's data settings (its response length among them)
+    before = cli("eval", "tiny", "reward=arith", "data.max_response_length=24", *sampled, str(work / "eval-base"))
     after = cli("eval", f"runs/{NAME}", *sampled, str(work / "eval-last"))
     assert before.exit_code == 0 and after.exit_code == 0, before.output + after.output
     scores = [_eval_reward(work / folder) for folder in ("eval-base", "eval-last")]
