@@ -45,7 +45,7 @@ def _records(path: Path) -> dict[int, dict]:
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)
-                out[int(rec["step"])] = rec["data"]
+                out.setdefault(int(rec["step"]), {}).update(rec["data"])  # a step can have several lines
             except (ValueError, KeyError):
                 continue
     return out
