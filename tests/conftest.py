@@ -139,6 +139,14 @@ def tiny_model(isolated, tiny_model_dir) -> Path:
 
 
 @pytest.fixture
+def tiny_tools(isolated, tiny_tools_dir) -> Path:
+    """The tiny tool-calling model where model=tiny-tools looks for it."""
+    target = isolated / "models" / "tiny-tools"
+    shutil.copytree(tiny_tools_dir, target)
+    return target
+
+
+@pytest.fixture
 def arith_data(isolated, arith_data_dir) -> Path:
     target = isolated / "data" / "arith"
     shutil.copytree(arith_data_dir, target)

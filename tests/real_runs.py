@@ -191,7 +191,9 @@ def dpo_lora_run(real_home, tmp_path_factory) -> RealRun:
 def agent_ppo_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
     """The agent recipe (verl's tool agent loop, the calculator MCP server over stdio, model tiny-tools, data
     arith-tools) with algorithm=ppo, 2 steps: one run for the agent's tool calls and PPO's critic; the partial-credit
-    reward of FAST_RL, since verl's gsm8k scorer gives the tiny-tools model's answers 0 throughout; stdout a pipe."""
+    reward of FAST_RL, since verl's gsm8k scorer gives the tiny-tools model's answers 0 throughout; stdout a pipe.
+    verl validates after step 2 on 16 test prompts and dumps them to validation_dir(agent_ppo_run) (agent eval's
+    comparison)."""
     import shutil
 
     def make(_) -> RealRun:
@@ -200,7 +202,8 @@ def agent_ppo_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
         assert prep.returncode == 0, "trainctl data prep arith-tools failed"
         return train(
             real_home, "agent-ppo", "recipe=agent-arith-tiny-cpu", "algorithm=ppo", "run.max_steps=2", "reward=fn",
-            f"reward.fn={REWARD}:compute_score",
+            f"reward.fn={REWARD}:compute_score", "run.val_every=2", "verl.trainer.val_before_train=false",
+            "verl.data.val_max_samples=16", f"trainer.validation_data_dir={real_home.root / 'agent-ppo-validation'}",
         )  # fmt: skip
 
     return once(tmp_path_factory, "agent-ppo-run", make)

@@ -42,7 +42,9 @@ def library_logs():
     it on stderr) instead of the terminal, for the duration."""
     handler = _ToDebug()
     saved = []
-    for name in LIBRARIES:
+    # verl's agent-loop modules name their loggers by file path (logging.getLogger(__file__)), not by module
+    by_path = [n for n in list(logging.root.manager.loggerDict) if any(f"/{lib}/" in n for lib in LIBRARIES)]
+    for name in (*LIBRARIES, *by_path):
         logger = logging.getLogger(name)
         saved.append((logger, logger.handlers[:], logger.propagate))
         logger.handlers = [handler]

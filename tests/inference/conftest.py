@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import invoke
 
@@ -33,14 +30,6 @@ def served_here(model: str, *words: str, token: str | None = None):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def tiny_tools(isolated, tiny_tools_dir) -> Path:
-    """The tiny tool-calling model where model=tiny-tools looks for it."""
-    target = isolated / "models" / "tiny-tools"
-    shutil.copytree(tiny_tools_dir, target)
-    return target
 
 
 # the agent recipe's prompt (trainctl.data.tools): the question and the instruction the warm start trained on

@@ -1,7 +1,8 @@
 """reward=model and reward=judge for real on CPU: verl.trainer.main_ppo (GRPO, tiny model, 2 steps), one run per
 kind. The reward model is the tiny one built by a fixture, its run (model_run, tests/launch/conftest.py) shared with
 the GRPO LoRA test; the judge is the tiny model behind an OpenAI-compatible server on 127.0.0.1
-(tests/launch/judge_server.py)."""
+(tests/launch/judge_server.py), and its run trains on tasks `trainctl data gen-tasks` generated for the calculator
+(the generator: tests/data/task_generator.py, also on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import invoke
+from tests.data.task_generator import GARBAGE, TaskGenerator, tasks
 from tests.launch.conftest import RUN, Run, own_home
 from tests.launch.judge_server import JudgeServer
 
@@ -30,18 +32,45 @@ Reply with JSON: {"scores": [{"id": 1, "explanation": "...", "score": 0.5}, ...]
 """
 
 
+# what the task generator answers (tests/data/task_generator.py): 4 answers of 8 tasks, one of garbage among them
+GENERATED = [
+    (
+        200,
+        tasks(
+            *[
+                (f"What is {3 + 8 * i} * {b}? Use the calculator.", 1 + i % 3, ["calculator"], None)
+                for b in range(11, 19)
+            ]
+        ),
+    )
+    for i in range(4)
+]
+GENERATED.insert(2, (200, GARBAGE))
+
+
 @pytest.fixture(scope="module")
 def judge_run(tmp_path_factory, tiny_model_dir, arith_data_dir):
+    """GRPO with reward=judge on tasks `trainctl data gen-tasks` generated for the calculator (issue 30): the rows
+    run through verl's tool agent loop with the calculator server, and the judge ranks each group, no ground truth."""
     root = tmp_path_factory.mktemp("reward-judge")
     template = root / "judge.jinja"
     template.write_text(TEMPLATE)
     with own_home(root, tiny_model_dir, arith_data_dir) as (home, work, mp):
         mp.setenv(KEY_ENV, KEY)
+        with TaskGenerator(list(GENERATED)) as generator:
+            made = invoke(
+                "data", "gen-tasks", "judge-tasks", "tools=calculator", "model=tiny", "-n", "24", "--url",
+                generator.url, "--generator", "task-writer", "--test-share", "0.25",
+            )  # fmt: skip
+        assert made.exit_code == 0, made.output
+        assert made.stdout.startswith("24 tasks kept of 24 wanted (4 requests, 0 failed; 1 malformed answers")
         with JudgeServer(str(home / "models" / "tiny"), MISBEHAVE.get, slow_s=12) as server:
             dump = root / "dump"
             result = invoke(
-                "train", *RUN, "run.name=judge", "reward=judge", "reward.judge=tiny", f"reward.url={server.url}",
-                f"reward.key_env={KEY_ENV}", f"reward.template={template}", "reward.timeout_s=8", "reward.retries=0",
+                "train", *RUN, "run.name=judge", "data=judge-tasks", "tools=calculator", "data.max_prompt_length=192",
+                "data.max_response_length=48", "tools.max_tool_response_length=16", "reward=judge",
+                "reward.judge=tiny", f"reward.url={server.url}", f"reward.key_env={KEY_ENV}",
+                f"reward.template={template}", "reward.timeout_s=8", "reward.retries=0",
                 f"trainer.rollout_data_dir={dump}",
             )  # fmt: skip
     return Run(result, work / "runs" / "judge", dump, home), server
@@ -103,6 +132,9 @@ def grpo_advantages(scores: list[float]) -> list[float]:
 def test_a_judge_run_trains_and_counts_the_judges_failures(judge_run):
     run, server = judge_run
     assert run.result.exit_code == 0, run.result.output[-4000:]
+    # the generated tasks, through the tool agent loop: the calculator's schema in every prompt the judge was shown
+    samples = run.samples()
+    assert all("Use the calculator." in s["input"] and '"name": "calculator"' in s["input"] for s in samples)
     metrics = run.metrics
     assert sorted(metrics) == [1, 2]
     assert [metrics[s]["reward/judge/calls"] for s in (1, 2)] == [8, 8]  # one per prompt: groups of rollout.n

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, Overrides, command_overrides
+from trainctl.cli.common import OVERRIDE_CONTEXT, ConfigDirs, Overrides, command_overrides
 
 app = typer.Typer(
     help="Data: prepare, convert and check datasets in the format each trainer reads.",
@@ -190,3 +190,105 @@ def ls() -> None:
         size = f"{e.size_bytes / 2**20:.1f} MiB" if e.size_bytes else "-"
         table.add_row(e.name, ", ".join(parts), size, e.dir)
     stdout_console().print(table)
+
+
+@app.command(
+    "gen-tasks",
+    context_settings=OVERRIDE_CONTEXT,
+    epilog="""\
+\b
+Examples:
+  trainctl data gen-tasks my-tasks tools=calculator --url https://api.openai.com/v1 \\
+      --generator gpt-4.1-mini --key-env OPENAI_API_KEY -n 200
+  trainctl data gen-tasks web-tasks tools.servers_file=mcp.json --url http://127.0.0.1:8000/v1 \\
+      --generator Qwen/Qwen2.5-7B-Instruct                      a vLLM server of your own
+  trainctl data gen-tasks my-tasks tools=calculator --generator qwen2.5-7b     served here, on 127.0.0.1
+  then: trainctl train algorithm=grpo data=my-tasks tools=calculator reward=judge reward.judge=... reward.url=...
+\b
+Writes <data dir>/NAME/rl/{train,test}.parquet, NAME/gen-tasks.json (what was asked and kept) and the data option
+./conf/data/NAME.yaml (or under --config-dir), so that data=NAME finds them.
+Exit codes: 0 written, 1 a problem with the tools, the generator or its answers (nothing written), 2 a usage error.
+""",
+)
+def gen_tasks(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the data option to write (data=NAME)", show_default=False)],
+    overrides: Overrides = None,
+    n: Annotated[int, typer.Option("-n", help="distinct tasks wanted")] = 64,
+    generator: Annotated[
+        str | None,
+        typer.Option("--generator", help="the model name the endpoint serves; without --url, a local model to serve"),
+    ] = None,
+    url: Annotated[str | None, typer.Option("--url", help="an OpenAI-compatible endpoint, e.g. .../v1")] = None,
+    key_env: Annotated[
+        str | None, typer.Option("--key-env", help="the environment variable holding the endpoint's key")
+    ] = None,
+    per_request: Annotated[int, typer.Option("--per-request", help="tasks asked for in one request")] = 8,
+    max_requests: Annotated[
+        int | None, typer.Option("--max-requests", help="requests at most (default: 3 x what N needs)")
+    ] = None,
+    test_share: Annotated[float, typer.Option("--test-share", help="the share of tasks in the test split")] = 0.1,
+    seed: Annotated[int, typer.Option("--seed", help="the split's shuffle")] = 0,
+    temperature: Annotated[float, typer.Option("--temperature", help="the generator's sampling temperature")] = 1.0,
+    json_schema: Annotated[
+        bool, typer.Option("--json-schema/--no-json-schema", help="ask for the answer's JSON schema")
+    ] = True,
+    instruction: Annotated[
+        str | None, typer.Option("--instruction", help="appended to every task, e.g. how to give the answer")
+    ] = None,
+    config_dir: ConfigDirs = None,
+) -> None:
+    """Generate tasks for an agent from its tools' listing with an LLM: deduplicated, rated 1-5, split into train
+    and test, written as RL rows for tools=... with reward=judge (no ground truth needed). Malformed answers from
+    the generator are counted and skipped."""
+    import shlex
+
+    from trainctl.inference import gentasks as gen
+
+    words, search = command_overrides(ctx, overrides, config_dir)
+    settings = gen.Settings(
+        n=n, per_request=per_request, max_requests=max_requests, test_share=test_share, seed=seed,
+        temperature=temperature, json_schema=json_schema, instruction=instruction,
+    )  # fmt: skip
+    gen.check_settings(settings)
+    endpoint = gen.endpoint(generator, url, key_env)  # checked before any server starts
+    plan, schemas = gen.tool_schemas(words, search)
+    typer.echo(f"Tools: {', '.join(s['function']['name'] for s in schemas)}", err=True)
+    if endpoint is None:
+        endpoint = gen.start_local(generator, lambda line: typer.echo(line, err=True))
+    typer.echo(f"Asking {endpoint.model} at {endpoint.url} for {n} tasks", err=True)
+    try:
+        with progress_bar("tasks kept", total=n) as advance:
+            kept = [0]
+
+            def progress(done: int, total: int) -> None:
+                if advance is not None:
+                    advance(done - kept[0])
+                kept[0] = done
+
+            tasks, report = gen.generate(endpoint, schemas, settings, progress)
+    finally:
+        endpoint.stop()
+    conf = (config_dir[0] if config_dir else Path.cwd() / "conf").expanduser().resolve()
+    options = {"-n": n, "--generator": generator, "--url": url, "--key-env": key_env, "--seed": seed}
+    given = [str(x) for k, v in options.items() if v is not None for x in (k, v)]
+    command = shlex.join(["trainctl", "data", "gen-tasks", name, *words, *given])  # names only: never a key
+    written = gen.write(
+        name, tasks, report, settings, data_root=Path(plan.cfg.paths.data).expanduser(), conf_dir=conf,
+        describe_command=command, tool_words=" ".join(shlex.quote(w) for w in words if w.startswith("tools")),
+    )  # fmt: skip
+    r = written.report
+    typer.echo(
+        f"{r.kept} tasks kept of {n} wanted ({r.requests} requests, {r.failed_requests} failed; "
+        f"{r.malformed_answers} malformed answers and {r.malformed_tasks} malformed tasks skipped; "
+        f"{r.exact_duplicates} duplicates and {r.near_duplicates} near-duplicates dropped; {r.seconds:.1f} s)"
+    )
+    typer.echo(f"Split: {r.train} train, {r.test} test; {r.with_answer} with a known answer")
+    typer.echo("Difficulty: " + ", ".join(f"{d}: {c}" for d, c in r.difficulty.items()))
+    typer.echo("Tool coverage: " + ", ".join(f"{t} {c}" for t, c in r.tool_coverage.items()))
+    never = [t for t, c in r.tool_coverage.items() if c == 0]
+    if never:
+        typer.echo(f"Warning: no task names {', '.join(never)}; ask for more tasks (-n) or another generator", err=True)
+    typer.echo(f"Wrote {written.train_file.parent} and the data option {written.option}")
+    tools = " ".join(shlex.quote(w) for w in words if w.startswith("tools")) or "tools=..."
+    typer.echo(f"Next: trainctl train algorithm=grpo data={name} {tools} reward=judge reward.judge=... reward.url=...")

@@ -19,6 +19,8 @@ Examples:
   trainctl eval runs/grpo --each-checkpoint                every checkpoint (and the base model): best marked
   trainctl eval runs/grpo/checkpoints/global_step_40 n=8 temperature=0.7    pass@1, 2, 4 and 8
   trainctl eval ./my-model data=gsm8k --limit 100 --out evals/mine
+  trainctl eval runs/agent --each-checkpoint                a run with tools: verl's tool agent loop, its calls
+  trainctl eval tiny-tools data=arith-tools tools=calculator n=4 temperature=1    an agent, pass@1..4
   then: trainctl ckpt best runs/grpo --metric eval/arith/acc
 \b
 Sampling settings (key=value among the overrides; defaults are what training's validation uses):
@@ -127,7 +129,8 @@ def _table(p, results) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"{prefix} (n={p.sampling.n})")
     formats = any(f"{prefix}/format" in r.metrics for r in results)
     columns = ["model", "prompts", "acc", *[f"pass@{k}" for k in ks], "reward", *(["format"] if formats else [])]
-    columns += ["resp len", "truncated", ""]
+    agent = any(f"{prefix}/turns" in r.metrics for r in results)  # the tool agent loop ran: its turns and calls
+    columns += [*(["turns", "calls", "tool errors"] if agent else []), "resp len", "truncated", ""]
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "") else "right")
     metric = f"{prefix}/acc"
@@ -142,6 +145,15 @@ def _table(p, results) -> None:
             *[f"{m.get(f'{prefix}/pass@{k}', float('nan')):.4f}" for k in ks],
             f"{m[f'{prefix}/reward']:.4f}",
             *([f"{m.get(f'{prefix}/format', float('nan')):.0%}"] if formats else []),
+            *(
+                [
+                    f"{m[f'{prefix}/turns']:.2f}",
+                    f"{m[f'{prefix}/tool/calls_per_trajectory']:.2f}",
+                    f"{m[f'{prefix}/tool/error_share']:.0%}",
+                ]
+                if agent
+                else []
+            ),
             f"{m[f'{prefix}/response_length']:.1f}",
             f"{m[f'{prefix}/truncated']:.0%}",
             ("<- best (tied: the earliest, as ckpt best picks)" if tied else "<- best") if r.best else "",
@@ -150,7 +162,8 @@ def _table(p, results) -> None:
     console = stdout_console()
     console.print(table)
     # per data_source (the file mixes sources): eval/<data>/<data_source>/acc; a data_source may contain "/"
-    sources = sorted({k[len(prefix) + 1 : k.rindex("/")] for r in results for k in r.metrics} - {""})
+    sources = sorted({k[len(prefix) + 1 : -len("/acc")] for r in results for k in r.metrics if k.endswith("/acc")})
+    sources = [s for s in sources if s]
     for r in results if sources else []:
         parts = [f"{s} {r.metrics[f'{prefix}/{s}/acc']:.4f}" for s in sources if f"{prefix}/{s}/acc" in r.metrics]
         console.print(f"  {r.target.label}, acc by data_source: " + "; ".join(parts))

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainctl.errors import ConfigProblems, Problem
+from trainctl.eval import agent
 from trainctl.eval import settings as eval_settings
 from trainctl.eval.passk import mean_pass_at_k
 from trainctl.eval.targets import Resolved, Target, merged_folder
@@ -45,6 +46,7 @@ class Prepared:
     engine: str
     notes: list[str] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    tools: Any = None  # trainctl.eval.agent.AgentTools: the test split runs through verl's tool agent loop
 
     @property
     def targets(self) -> list[Target]:
@@ -104,7 +106,8 @@ def prepare(
     # scoring needs the RL side of the config (the reward, the prompts with ground truths): a PPO-family algorithm
     # unless the run or the command line chose one; an SFT or DPO run's data is scored in its RL form (of an SFT or
     # DPO run, only the model and data carry over: trainctl.eval.targets)
-    plan = resolve(["algorithm=grpo", *resolved.args, *overrides], search)
+    args = ["algorithm=grpo", *resolved.args, *overrides]
+    plan = resolve(args, search)
     trained = resolved.family if resolved.family not in (None, "ppo") else plan.cfg.family
     if trained != "ppo":
         notes.append(
@@ -112,10 +115,21 @@ def prepare(
             "truths) with the reward group"
         )
     if plan.cfg.family != "ppo":
-        plan = resolve(["algorithm=grpo", *resolved.args, *overrides, "algorithm=grpo"], search)
+        args.append("algorithm=grpo")
+        plan = resolve(args, search)
+    out_dir = (
+        Path(out).expanduser()
+        if out
+        else (resolved.run_dir / "eval" if resolved.run_dir else Path("eval") / _slug(resolved.name))
+    ).resolve()
+    if agent.uses_tools(plan):
+        # the tool servers' files (the calculator's log) and the call log go to eval's folder, not the run's
+        plan = resolve([*args, f"run.dir={out_dir}"], search)
     cfg = plan.cfg
     # eval scores in this process, with the reward manager verl's reward workers would build
     problems: list[Problem] = kind_of(cfg).eval_problems(cfg)
+    if agent.uses_tools(plan) and (refused := agent.refuse_engine(cfg.hardware.rollout_engine)):
+        problems.append(refused)
 
     # the model: a model option must be downloaded; a run's base model is its first row when it is here
     model_dir = Path(cfg.model.path).expanduser()
@@ -169,12 +183,15 @@ def prepare(
     if errors:
         raise ConfigProblems(errors, warnings)
 
+    agent_tools = None
+    if agent.uses_tools(plan):
+        agent_tools, found = agent.prepare_tools(plan, out_dir, resolved.run_dir)
+        warnings += found
+        notes.append(
+            f"each prompt runs verl's tool agent loop with {', '.join(agent_tools.names)} "
+            f"(up to {cfg.tools.max_assistant_turns} assistant turns); calls logged in {agent_tools.calls_dir}"
+        )
     rows = _read_rows(val_file, limit)
-    out_dir = (
-        Path(out).expanduser()
-        if out
-        else (resolved.run_dir / "eval" if resolved.run_dir else Path("eval") / _slug(resolved.name))
-    )
     return Prepared(
         resolved,
         plan,
@@ -182,10 +199,11 @@ def prepare(
         data_name,
         val_file,
         rows,
-        out_dir.resolve(),
+        out_dir,
         cfg.hardware.rollout_engine,
         notes,
         warnings,
+        agent_tools,
     )
 
 
@@ -256,13 +274,21 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
     """Generate and score one target; write its samples and metrics; return its summary."""
     from transformers import AutoTokenizer
 
-    from trainctl.eval.generation import generate_cpu, generate_vllm
+    from trainctl.eval.generation import Generated, generate_cpu, generate_vllm
     from trainctl.eval.scoring import Scorer
 
     folder = merged_folder(target)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    prompts, limits, kept = prompt_ids(p, tokenizer, folder)
-    if p.engine == "hf":
+    trajectories = None
+    if p.tools is not None:
+        kept = list(range(len(p.rows)))
+        trajectories, seconds = agent.generate(
+            p.verl_cfg, p.tools, folder, tokenizer, p.rows, p.sampling, progress=progress
+        )
+        prompts = [ts[0].prompt_ids for ts in trajectories]
+        generated = [[Generated(t.response_ids, t.truncated) for t in ts] for ts in trajectories]
+    elif p.engine == "hf":
+        prompts, limits, kept = prompt_ids(p, tokenizer, folder)
         generated, seconds = generate_cpu(
             folder,
             prompts,
@@ -274,6 +300,7 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
             progress=progress,
         )
     else:
+        prompts, limits, kept = prompt_ids(p, tokenizer, folder)
         generated, seconds = generate_vllm(
             folder,
             prompts,
@@ -286,14 +313,16 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
         )
 
     samples = []
-    for prompt, row_index, outs in zip(prompts, kept, generated, strict=True):
+    for i, (prompt, row_index, outs) in enumerate(zip(prompts, kept, generated, strict=True)):
         row = p.rows[row_index]
         for j, g in enumerate(outs):
+            t = trajectories[i][j] if trajectories is not None else None
             samples.append(
                 {
                     "row": row_index,
                     "sample": j,
-                    "prompt_ids": prompt,
+                    "prompt_ids": t.prompt_ids if t is not None else prompt,
+                    "num_turns": t.num_turns if t is not None else 2,
                     "response_ids": g.token_ids,
                     "truncated": g.truncated,
                     "data_source": row["data_source"],
@@ -326,7 +355,16 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
         )
         if answer_format is not None:  # the answer's form, right or wrong (data.answer_format)
             records[-1]["format"] = answer_format.search(records[-1]["response"]) is not None
+    if trajectories is not None:  # the turns, as a run's rollouts/ keep them, and the calls the tools logged
+        flat = [t for ts in trajectories for t in ts]
+        for r, t in zip(records, flat, strict=True):
+            r["num_turns"] = t.num_turns
+            r["turns"] = t.turns
+            r["tool_calls"] = [agent.call_view(c) for c in t.calls]
+            r["request_id"] = t.request_id
     metrics = summarize(p.prefix, records, p.sampling)
+    if trajectories is not None:
+        metrics |= agent.summary(p.prefix, records)
     samples_file = p.out_dir / "samples" / p.data_name / f"{_slug(target.label.replace(' ', '-'))}.jsonl"
     atomic_write_text(samples_file, "".join(json.dumps(r, default=str) + "\n" for r in records))
     if target.step is not None:

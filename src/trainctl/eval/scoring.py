@@ -42,7 +42,8 @@ class Scorer:
         self.manager = load_reward_manager(verl_cfg, tokenizer, reward_router_address=None, reward_model_tokenizer=None)
 
     def score(self, samples: list[dict]) -> list[Scored]:
-        """Each sample: prompt_ids, response_ids, data_source, reward_model, extra_info, raw_prompt, uid."""
+        """Each sample: prompt_ids, response_ids, data_source, reward_model, extra_info, raw_prompt, uid (and
+        num_turns for a multi-turn trajectory)."""
         items = [self._item(s) for s in samples]
 
         async def run_all():
@@ -87,6 +88,7 @@ class Scorer:
             "extra_info": column(dict(s.get("extra_info") or {})),
             "raw_prompt": column(list(s["raw_prompt"])),
             "uid": column(s.get("uid") or uuid.uuid4().hex),
-            "__num_turns__": column(2),  # a single-turn exchange, as verl's single-turn agent loop reports it
+            # verl's count (user + assistant turns + 1): 2 for a single-turn exchange
+            "__num_turns__": column(s.get("num_turns", 2)),
         }
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

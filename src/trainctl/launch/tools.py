@@ -66,7 +66,9 @@ def before_launch(plan: Plan, run_dir: Path, resume: bool) -> list[str]:
                     path.unlink(missing_ok=True)
     if problems:
         raise ConfigProblems(problems)
-    found["environment"] = identity.environment(found.get("servers") or {}, found.get("functions"))
+    found["environment"] = identity.environment(
+        found.get("servers") or {}, found.get("functions"), run_dir=plan.run_dir
+    )
     if not resume:
         return []
     changed = identity.changes(identity.saved(run_dir), found["environment"])

@@ -35,12 +35,19 @@ def schemas_hash(tools: list) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def server_record(discovered: Any) -> dict:
-    """One discovered server (trainctl.mcp.discovery.Discovered) as lock.json keeps it."""
+RUN_FOLDER = "<run>"  # the run's own folder in a recorded command line
+
+
+def server_record(discovered: Any, run_dir: str | Path | None = None) -> dict:
+    """One discovered server (trainctl.mcp.discovery.Discovered) as lock.json keeps it. The run's folder in its
+    command line (the calculator's `--log <run>/tools/calculator.jsonl`) is written as <run>: a run moved, copied
+    or evaluated elsewhere runs the same server."""
     spec = discovered.server
     record: dict[str, Any] = {"transport": spec.transport}
     if spec.transport == "stdio":
         record["command"] = spec.command_line()
+        if run_dir is not None:
+            record["command"] = record["command"].replace(str(Path(run_dir).expanduser().resolve()), RUN_FOLDER)
     else:
         from trainctl.mcp.specs import strip_userinfo
 
@@ -55,10 +62,12 @@ def server_record(discovered: Any) -> dict:
     return record
 
 
-def environment(servers: dict[str, Any], functions: dict[str, dict] | None = None) -> dict:
+def environment(
+    servers: dict[str, Any], functions: dict[str, dict] | None = None, run_dir: str | Path | None = None
+) -> dict:
     """The tool environment of a run: its MCP servers (name -> Discovered) and its function tools (spec ->
-    OpenAI schema)."""
-    out: dict[str, Any] = {"servers": {name: server_record(d) for name, d in sorted(servers.items())}}
+    OpenAI schema); `run_dir`: the folder written as <run> in command lines."""
+    out: dict[str, Any] = {"servers": {name: server_record(d, run_dir) for name, d in sorted(servers.items())}}
     if functions:
         out["functions"] = {
             spec: {"schemas_sha256": schemas_hash([schema["function"]])} for spec, schema in sorted(functions.items())
