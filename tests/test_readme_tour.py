@@ -32,6 +32,8 @@ CANNOT_RUN = {
         "the run serves qwen3-0.6b, which `model pull` would download (no internet here)"
     ),
     "trainctl ckpt merge out/dpo-lora/checkpoint-500": "an example path: a PEFT checkpoint of the user's own",
+    "trainctl data gen-tasks calc-tasks": "its generator is api.openai.com (no internet here)",
+    "trainctl train algorithm=grpo data=calc-tasks": "its data is what the gen-tasks example above would write",
 }
 # the training commands of the tour, on CPU: run for real in the slow variant, as dry runs otherwise
 _COMMAND = re.compile(r"^([A-Z_]+=\S*\s+)*(trainctl|make)\s")

@@ -49,6 +49,22 @@ def test_dpo_learns_on_held_out_pairs(dpo_run):
     assert "eval/rewards/accuracies 0 -> " in dpo_run.output
 
 
+# PPO with its critic (the GRPO recipe with algorithm=ppo: reward=arith, lr 1e-2, 8 samples per prompt, 16 steps):
+# the mean reward of steps 1-3 was 0.042 and of steps 14-16 0.32 (0.0443 -> 0.3543, step to step), 251 s on this
+# machine (seed 42; GRPO's run-to-run spread over seeds 0-2 at 12 steps was 0.05)
+PPO_STEPS = 16
+PPO_REWARD_GAIN = 0.1
+
+
+@pytest.mark.slow
+def test_ppo_with_its_critic_learns(cli, ready, tmp_path):
+    result = cli("train", "recipe=grpo-arith-tiny-cpu", "algorithm=ppo", f"run.max_steps={PPO_STEPS}", "run.name=ppo")
+    assert result.exit_code == 0, result.output[-3000:]
+    run = tmp_path / "work" / "runs" / "ppo"
+    assert_learned(run, "critic/score/mean", PPO_REWARD_GAIN, window=3)
+    assert_learned(run, "critic/vf_loss", 0.0, window=3, lower=True)  # the critic fits the returns better
+
+
 def test_the_check_fails_when_learning_is_broken(cli, ready, tmp_path):
     """DPO with a learning rate of 0: nothing moves, and the very assertion the DPO test makes fails."""
     result = cli("train", *FAST_DPO, "run.max_steps=8", "run.val_every=8", "learning_rate=0.0", "run.name=frozen")

@@ -79,10 +79,28 @@ def lengths(s: Subject) -> list[Problem]:
     return []
 
 
+def seed(s: Subject) -> list[Problem]:
+    """verl 0.9.1's SFT trainer never reads trainer.seed: its DistributedSampler shuffles with seed 0 and the model's
+    init is the checkpoint's, so a run.seed the user chose changes nothing (measured: seeds 0-2 gave the same run)."""
+    where = s.comp.origin("run.seed")
+    if where is None or where.startswith("conf/trainctl.yaml"):
+        return []
+    return [
+        Problem(
+            f"run.seed={s.cfg.run.seed} ({where}) changes nothing in an SFT run: verl's SFT trainer never reads "
+            "trainer.seed (its data order is shuffled with seed 0).",
+            key="run.seed",
+            hint="drop run.seed for SFT; to vary the data order, shuffle the training file itself",
+            severity="warning",
+        )
+    ]
+
+
 def checks(s: Subject) -> list[Problem]:
     return [
         *batch(s),
         *lengths(s),
+        *seed(s),
         *check_logger_names(s, "trainer.logger"),
         *check_verl_device(s, "engine.strategy", "model.override_config.attn_implementation"),
     ]

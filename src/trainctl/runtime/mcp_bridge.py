@@ -70,6 +70,9 @@ class CallOutcome:
     is_error: bool
     server_restart: bool = False
     seconds: float = 0.0
+    # of `seconds`, the request to the server and its answer over the open connection (the rest: waiting for the
+    # connection, the hop to the bridge's thread and back)
+    server_seconds: float | None = None
 
 
 @dataclass
@@ -269,7 +272,8 @@ async def call(
                 await b.lost(key)  # the next call starts the server again (stdio) or reconnects
             raise ToolCallError(reason) from None
         text, is_error = result_text(result)
-        return CallOutcome(text, is_error, restarted, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return CallOutcome(text, is_error, restarted, seconds, seconds)
 
     # the outer bound covers a bridge that cannot even start the call (a wedged connection)
     try:
@@ -291,12 +295,13 @@ async def model_answer(
     result or for no result at all (never raises, but for cancellation). `seconds` is the whole call as the caller
     waited for it."""
     start = time.perf_counter()
-    restarted = False
+    restarted, server_seconds = False, None
     try:
         if not isinstance(arguments, dict):
             raise ToolCallError(f"arguments must be a JSON object, not {type(arguments).__name__}")
         outcome = await call(spec, tool, arguments, timeout=timeout, connect_timeout=connect_timeout, key=key)
         text, error, restarted = outcome.text, outcome.is_error, outcome.server_restart
+        server_seconds = outcome.server_seconds
         if error:
             text = error_text(text)
     except asyncio.CancelledError:
@@ -305,7 +310,7 @@ async def model_answer(
         text, error = error_text(str(e)), True
     except Exception as e:  # anything else is a bug here or in the SDK: the model still gets an answer
         text, error = error_text(f"the call to {tool!r} failed: {type(e).__name__}: {e}"), True
-    return CallOutcome(text, bool(error), restarted, time.perf_counter() - start)
+    return CallOutcome(text, bool(error), restarted, time.perf_counter() - start, server_seconds)
 
 
 @functools.cache
@@ -436,6 +441,8 @@ def _mcp_tool_class():
                     "error": outcome.is_error,
                     "seconds": round(outcome.seconds, 6),
                 }
+                if outcome.server_seconds is not None:
+                    record["server_seconds"] = round(outcome.server_seconds, 6)
                 if outcome.server_restart:
                     record["server_restart"] = True
                 self.log.write(record)
