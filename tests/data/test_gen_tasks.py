@@ -76,6 +76,14 @@ def test_gen_tasks_without_tools_or_with_a_dead_generator_says_so(cli, tiny_mode
     assert dead.exit_code == 1 and "failed every request" in dead.output, dead.output
     assert not (isolated / "data" / "x").exists(), "nothing written"
 
+    # a local model served here (the random tiny one writes no JSON): its answers counted, nothing written
+    local = cli("data", "gen-tasks", "x", "tools=calculator", "model=tiny", "--generator", "tiny", "-n", "2",
+                "--max-requests", "2")  # fmt: skip
+    assert local.exit_code == 1, local.output
+    assert "Asking tiny at http://127.0.0.1:" in local.stderr
+    assert "no usable task (2 requests: 2 malformed answers, 0 malformed tasks, 0 failed)" in local.output
+    assert not (isolated / "data" / "x").exists()
+
     unset = cli("data", "gen-tasks", "x", "tools=calculator", "--url", "http://127.0.0.1:9/v1", "--generator", "m",
                 "--key-env", "TRAINCTL_NO_SUCH_KEY")  # fmt: skip
     assert unset.exit_code == 2 and "export TRAINCTL_NO_SUCH_KEY=" in unset.output

@@ -255,6 +255,9 @@ def gen_tasks(
     plan, schemas = gen.tool_schemas(words, search)
     typer.echo(f"Tools: {', '.join(s['function']['name'] for s in schemas)}", err=True)
     if endpoint is None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar is not ours to show
         endpoint = gen.start_local(generator, lambda line: typer.echo(line, err=True))
     typer.echo(f"Asking {endpoint.model} at {endpoint.url} for {n} tasks", err=True)
     try:

@@ -59,6 +59,9 @@ class Generator:
     model: str
     api_key: str | None
     stop: Callable[[], None] = lambda: None  # ends a server this command started
+    # trainctl's own server (a local generator) has no guided decoding and bounds max_tokens by the context left
+    json_schema: bool = True
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -123,7 +126,9 @@ def start_local(model: str, say: Callable[[str], None]) -> Generator:
 
     server = open_server(prepare(model, [], command="data gen-tasks"), "127.0.0.1", 0, None, status=say)
     server.start()
-    return Generator(server.url, server.served.name, None, server.stop)
+    context = server.service.defaults.context_length or 4096
+    # half the context for the answer: the prompt (the tool schemas and the tasks kept so far) takes the rest
+    return Generator(server.url, server.served.name, None, server.stop, json_schema=False, max_tokens=context // 2)
 
 
 def generate(
@@ -150,10 +155,10 @@ def generate(
             gen.api_key,
             s.timeout_s,
             0,  # a failed request is counted and the next one asked: the client retrying it would hide it
-            max_tokens=s.max_tokens,
+            max_tokens=min(s.max_tokens, gen.max_tokens or s.max_tokens),
             temperature=s.temperature,
         )
-        fmt = gentasks.response_format() if s.json_schema else None
+        fmt = gentasks.response_format() if s.json_schema and gen.json_schema else None
         try:
             errors: list[str] = []
             while len(kept) < s.n and report.requests < budget:
