@@ -4,11 +4,11 @@ a fence, entries that are not tasks, an HTTP error), and records what it was ask
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
-import time
 from dataclasses import dataclass, field
+
+from tests.openai_server import ChatCompletionsServer
 
 GARBAGE = "Sure! Here are some great tasks for you to consider, in no particular format."
 
@@ -80,54 +80,16 @@ SCRIPT: list[tuple[int, str]] = [
 
 
 @dataclass
-class TaskGenerator:
+class TaskGenerator(ChatCompletionsServer):
     script: list[tuple[int, str]] = field(default_factory=lambda: list(SCRIPT))
     requests: list[dict] = field(default_factory=list)  # {"body", "authorization"}
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
-        gen = self
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with gen.lock:
-                    i = len(gen.requests)
-                    gen.requests.append({"body": body, "authorization": self.headers.get("Authorization")})
-                    status, text = gen.script[i % len(gen.script)]
-                payload = json.dumps(
-                    {
-                        "id": f"gen-{i}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model", ""),
-                        "choices": [
-                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
-                        ],
-                    }
-                    if status == 200
-                    else {"error": {"message": text}}
-                ).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+    def reply(self, body: dict, headers) -> tuple[int, str]:
+        with self.lock:
+            i = len(self.requests)
+            self.requests.append({"body": body, "authorization": headers.get("Authorization")})
+            return self.script[i % len(self.script)]

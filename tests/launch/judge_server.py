@@ -10,13 +10,14 @@ answer that comes after the client's timeout. Every judge request is recorded: t
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.openai_server import ChatCompletionsServer
 
 _RESPONSE = re.compile(r'<response id="(\d+)">\n(.*?)\n</response>', re.S)
 GARBAGE = "I think they are all fine, really, no numbers from me."
@@ -32,7 +33,7 @@ class Judged:
 
 
 @dataclass
-class JudgeServer:
+class JudgeServer(ChatCompletionsServer):
     model_dir: str
     # judge request index (from 0) -> "garbage", "slow" or None (a verdict)
     misbehave: Callable[[int], str | None] = lambda i: None
@@ -48,59 +49,11 @@ class JudgeServer:
         self.tok = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).eval()
         self.lock = threading.Lock()
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, answer = server.answer(body)
-                payload = json.dumps(
-                    {
-                        "id": "judge",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model", ""),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": answer},
-                            }
-                        ],
-                    }
-                    if status == 200
-                    else {"error": {"message": answer}}
-                ).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:  # the client gave up (a slow answer): nothing to do
-                    pass
-
-        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        super().__init__()
 
     # -- answering ------------------------------------------------------------------------------------------------
 
-    def answer(self, body: dict) -> tuple[int, str]:
+    def reply(self, body: dict, headers) -> tuple[int, str]:
         prompt = body["messages"][-1]["content"]
         responses = [text for _, text in sorted(_RESPONSE.findall(prompt), key=lambda m: int(m[0]))]
         if not responses:  # trainctl's probe: any short answer
