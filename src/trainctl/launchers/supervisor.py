@@ -39,6 +39,8 @@ DONE = b"done"  # what a supervisor that ends normally tells its watchdog (train
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 15.0
+# how long the trainer's output is read after it exits before its leftovers are stopped
+DRAIN_SECONDS = 1.0
 # how often the process tree is sampled; what detaches (Ray's daemons) lives for the whole run
 WATCH_SECONDS = 2.0
 
@@ -320,8 +322,12 @@ class Supervisor:
             finally:
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
+            # what the trainer wrote last is read before its leftovers are stopped; a leftover that inherited the
+            # pipe (a daemon, as Ray's are) would keep it open, so the pump is not waited for until they are gone
+            pump.join(timeout=DRAIN_SECONDS)
+            # the watchdog is not a leftover: it ignores SIGTERM, and it is dismissed once the rest is gone
+            killed = self._cleanup(before | ({watchdog.pid} if watchdog else set()))
             pump.join(timeout=10)
-            killed = self._cleanup(before)
             self._dismiss(watchdog)
         if code < 0:
             code = 128 - code
