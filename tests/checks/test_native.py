@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainctl.checks.native import _fingerprint
+from trainctl.checks.native import _container, _fingerprint
 from trainctl.plan import resolve
 
 
@@ -17,7 +17,11 @@ from trainctl.plan import resolve
     ],
 )
 def test_a_verdict_holds_for_another_run_of_the_same_config_but_not_for_another_config(args, isolated):
-    one = _fingerprint(resolve([*args, "run.name=one"]).subject)
-    assert _fingerprint(resolve([*args, "run.name=two"]).subject) == one
-    assert _fingerprint(resolve([*args, "run.name=one", "run.dir=elsewhere/one"]).subject) == one
-    assert _fingerprint(resolve([*args, "run.name=one", "run.seed=7"]).subject) != one
+    def key(*more: str) -> str:
+        subject = resolve([*args, *more]).subject
+        return _fingerprint(subject, _container(subject))
+
+    one = key("run.name=one")
+    assert key("run.name=two") == one
+    assert key("run.name=one", "run.dir=elsewhere/one") == one
+    assert key("run.name=one", "run.seed=7") != one

@@ -5,6 +5,7 @@ This imports verl (or TRL), which costs 5-8 s, so it runs only once every fast c
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
@@ -53,8 +54,10 @@ def _rejected(message: str, e: BaseException, key: str | None = None) -> Problem
     )
 
 
-def _resolved(s: Subject):
-    return OmegaConf.create(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False))
+def _container(s: Subject) -> dict:
+    # resolving the backend config (about a thousand interpolations) is most of a plan's time: done once per
+    # validation, shared by the verdict's key and the backend's own checks
+    return OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False)
 
 
 def _skipped_model(s: Subject) -> list[Problem]:
@@ -67,12 +70,12 @@ def _skipped_model(s: Subject) -> list[Problem]:
     ]
 
 
-def verl_ppo(s: Subject) -> list[Problem]:
+def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
     with quiet():
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    cfg = _resolved(s)
+    cfg = OmegaConf.create(resolved)
     have_model = model_present(s.cfg.model.path)
     problems: list[Problem] = []
     with quiet():
@@ -93,11 +96,11 @@ def verl_ppo(s: Subject) -> list[Problem]:
     return problems + ([] if have_model else _skipped_model(s))
 
 
-def verl_sft(s: Subject) -> list[Problem]:
+def verl_sft(s: Subject, resolved: dict) -> list[Problem]:
     with quiet():
         from verl.utils.config import omega_conf_to_dataclass
 
-    cfg = _resolved(s)
+    cfg = OmegaConf.create(resolved)
     have_model = model_present(s.cfg.model.path)
     problems: list[Problem] = []
     with quiet():
@@ -112,7 +115,7 @@ def verl_sft(s: Subject) -> list[Problem]:
     return problems + ([] if have_model else _skipped_model(s))
 
 
-def trl_dpo(s: Subject) -> list[Problem]:
+def trl_dpo(s: Subject, resolved: dict) -> list[Problem]:
     """Build TRL's DPOConfig and ModelConfig from the backend config, as the entry point will."""
     from trainctl.runtime.trl_dpo_args import split_args
 
@@ -120,7 +123,7 @@ def trl_dpo(s: Subject) -> list[Problem]:
     with quiet():
         from trl import DPOConfig, ModelConfig
 
-        dpo_args, model_args, _ = split_args(OmegaConf.to_container(s.built.cfg, resolve=True))
+        dpo_args, model_args, _ = split_args(copy.deepcopy(resolved))
         if s.cfg.hardware.device == "cuda" and not _local_cuda():
             # DPOConfig checks bf16 against the machine it is built on, not the one the plan targets
             dpo_args.update(bf16=False, fp16=False)
@@ -145,7 +148,7 @@ BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft, "trl-dpo": trl_dpo}
 _RUN_SPECIFIC = ("default_local_dir", "experiment_name", "project_name", "output_dir", "run_name")
 
 
-def _fingerprint(s: Subject) -> str:
+def _fingerprint(s: Subject, resolved: dict) -> str:
     """The verdict's key: the resolved backend config with the run's name and folder taken out (so that a dry run
     and the launch of another run of the same config share it), the versions that validate it, and whether the
     model was there to check."""
@@ -159,7 +162,7 @@ def _fingerprint(s: Subject) -> str:
     run_dir = str(Path(s.cfg.run.dir).expanduser().resolve())
     tree = {
         key: value.replace(run_dir, "<run.dir>") if isinstance(value, str) else value
-        for key, value in flatten(OmegaConf.to_container(s.built.cfg, resolve=True, throw_on_missing=False))
+        for key, value in flatten(resolved)
         if key.rsplit(".", 1)[-1] not in _RUN_SPECIFIC
     }
     versions = [importlib.metadata.version(p) for p in ("verl", "trl", "transformers")]
@@ -171,10 +174,11 @@ def validate(s: Subject, use_cache: bool = True) -> list[Problem]:
     """The backend's own validation; a config that passed it before (same content) is not validated again."""
     from trainctl import paths
 
-    marker = paths.cache_dir() / "validated" / _fingerprint(s)
+    resolved = _container(s)
+    marker = paths.cache_dir() / "validated" / _fingerprint(s, resolved)
     if use_cache and marker.is_file():
         return []
-    problems = BY_BACKEND[s.backend](s)
+    problems = BY_BACKEND[s.backend](s, resolved)
     if not any(p.is_error for p in problems):
         paths.atomic_write_text(marker, "")
     return problems
