@@ -213,6 +213,27 @@ def test_trajectory_sessions_get_a_server_each_and_close_with_the_trajectory():
     assert not wait_gone(tag), "a trajectory's server stops when verl drops the trajectory"
 
 
+def test_a_shared_server_starts_when_a_worker_builds_its_tools_on_its_loop_and_not_for_a_schema_reader():
+    tag = uuid.uuid4().hex
+    entries = tool_config(discover(_servers(testing=probe_server_entry("--tag", tag))))["tools"]
+    pid_entry = next(e for e in entries if e["config"]["mcp_tool"] == "pid")
+    # verl's trainer builds the tools outside any event loop, only to read their schemas: no server for that
+    _tool(pid_entry["config"], pid_entry["tool_schema"])
+    time.sleep(1.0)
+    assert processes_running(tag) == []
+
+    async def worker():  # an agent-loop worker builds its tools on its event loop, long before the first call
+        tool = _tool(pid_entry["config"], pid_entry["tool_schema"])
+        deadline = time.monotonic() + 60
+        while not processes_running(tag):
+            assert time.monotonic() < deadline, "the server was not started when the tool was built"
+            await asyncio.sleep(0.1)
+        return (await _execute(tool, {}))[0].text
+
+    pid = asyncio.run(worker())
+    assert [p.pid for p in processes_running(tag)] == [int(pid)], "the call used the server started in advance"
+
+
 CHILD = textwrap.dedent(
     """
     import asyncio, sys, time

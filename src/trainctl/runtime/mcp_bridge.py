@@ -192,6 +192,14 @@ class Bridge:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 _BRIDGE: Bridge | None = None
 _BRIDGE_LOCK = threading.Lock()
 
@@ -375,8 +383,10 @@ def _mcp_tool_class():
         def _warm(self) -> None:
             """Start connecting now, in the bridge's thread: verl builds its tools when an agent-loop worker starts,
             long before the first rollout, so no trajectory waits for a stdio server's start-up (~1.7 s on 2 cores:
-            the first step's calls all waited for it). A server that fails to start fails the first call instead."""
-            if self.session != "shared":
+            the first step's calls all waited for it). A server that fails to start fails the first call instead.
+            Only where an event loop runs: the worker builds its tools on its loop, while verl's trainer builds them
+            outside any loop only to read their schemas, and a server started there would never be called."""
+            if self.session != "shared" or not _loop_running():
                 return
             try:
                 spec = self.spec()
