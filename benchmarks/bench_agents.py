@@ -10,7 +10,11 @@ agent run.
 3. A tool call inside a real agent run (`trainctl train recipe=agent-arith-tiny-cpu`, 4 steps): the median, mean
    and 90th percentile of each call's seconds as the caller saw them (the run's tools/calls/*.jsonl), and the mean
    of the first step's calls (where the stdio server's start-up went before trainctl warmed the connection when the
-   agent-loop worker built its tools).
+   agent-loop worker built its tools). The calls of one step arrive together (the batch's first turns end
+   together): the note gives how many, and the median of each step's calls.
+4. The floor under (3): the same number of calls sent at once to one calculator over stdio, through the mcp SDK
+   alone (trainctl.mcp.connection), on an otherwise idle machine: the median call, median of BENCH_REPS bursts; and
+   the same with the calls spread over two calculator processes.
 """
 
 from __future__ import annotations
@@ -116,12 +120,14 @@ def in_run_rows(work: Path, env: dict) -> list[Row]:
     seconds = [float(c["seconds"]) for c in calls]
     ms = sorted(s * 1e3 for s in seconds)
     server_ms = sorted(float(c["server_seconds"]) * 1e3 for c in calls if c.get("server_seconds") is not None)
-    # the first step's calls: those before the first gap of more than a second between two calls
-    first = [seconds[0]]
+    # the steps' bursts of calls: a gap of more than a second between two calls starts the next
+    bursts = [[calls[0]]]
     for prev, cur in itertools.pairwise(calls):
         if cur["time"] - prev["time"] > 1.0:
-            break
-        first.append(float(cur["seconds"]))
+            bursts.append([])
+        bursts[-1].append(cur)
+    first = [float(c["seconds"]) for c in bursts[0]]
+    per_step = ", ".join(f"{statistics.median(float(c['seconds']) for c in b) * 1e3:.0f}" for b in bursts)
     return [
         Row(
             "tool call inside an agent run (calculator over stdio; median, ms)",
@@ -133,13 +139,60 @@ def in_run_rows(work: Path, env: dict) -> list[Row]:
             f"p90 {ms[int(0.9 * len(ms))]:.1f} ms; the first step's {len(first)} calls: "
             f"mean {statistics.mean(first) * 1e3:.1f} ms; of a call, the server's request and answer over the open "
             f"connection: median {statistics.median(server_ms):.1f} ms (the rest waits for the connection and for "
-            "the bridge's thread)",
+            "the bridge's thread); calls per step arriving together: "
+            f"{[len(b) for b in bursts]}, median of each step's calls (ms): {per_step}",
         )
     ]
 
 
+def burst_rows(n: int, size: int = 27) -> list[Row]:
+    """`size` calls at once through the mcp SDK alone, to one calculator and spread over two."""
+    import asyncio
+
+    from trainctl.mcp.connection import Connection
+    from trainctl.mcp.specs import ServerSpec
+    from trainctl.runtime.tools import calculator
+
+    spec = ServerSpec(name="calculator", transport="stdio", command=sys.executable, args=(calculator.__file__,))
+
+    async def medians(servers: int) -> list[float]:
+        conns = [Connection(spec) for _ in range(servers)]
+        for c in conns:
+            await c.open(60)
+            await c.call("calculator", {"expression": "1+1"}, 10)
+
+        async def one(i: int) -> float:
+            start = time.perf_counter()
+            await conns[i % servers].call("calculator", {"expression": f"{i} * 3 + 4"}, 10)
+            return time.perf_counter() - start
+
+        found = []
+        for _ in range(n):
+            found.append(statistics.median(await asyncio.gather(*(one(i) for i in range(size)))))
+        for c in conns:
+            await c.close()
+        return found
+
+    rows = []
+    for servers in (1, 2):
+        found = asyncio.run(medians(servers))
+        rows.append(
+            Row(
+                f"{size} calls at once, the mcp SDK alone, {servers} calculator process(es) (median call, ms)",
+                statistics.median(found) * 1e3,
+                unit="ms",
+                note=f"median of {n} bursts on an otherwise idle machine: the floor under the in-run figure",
+            )
+        )
+    return rows
+
+
 def main() -> list[Row]:
     n = reps(3)
+    if os.environ.get("BENCH_AGENTS_ONLY") == "burst":  # the mcp SDK's floor alone
+        rows = burst_rows(n)
+        report("agents-burst", rows)
+        return rows
     if os.environ.get("BENCH_AGENTS_ONLY") == "in-run":  # the agent run alone
         with tempfile.TemporaryDirectory() as tmp:
             rows = in_run_rows(Path(tmp), _setup(Path(tmp)))
@@ -153,6 +206,7 @@ def main() -> list[Row]:
         rows = eval_rows(work, env, n)
         rows += preflight_rows(work, env, n)
         rows += in_run_rows(work, env)
+        rows += burst_rows(n)
     report("agents", rows)
     return rows
 
