@@ -3,10 +3,12 @@ checkpoint, and still learns (issue 29's GRPO learning test).
 
 attempt 1  trainctl in a pseudo-terminal that is closed (SIGHUP)       -> interrupted (terminal closed)
 attempt 2  (meanwhile a second trainctl for the same run is refused)    -> trainctl gets SIGKILL: killed
-attempt 3  one of its Ray workers is killed mid-step                    -> failed (exit 3), a Ray worker died
+attempt 3  one of its Ray workers is killed in its first step           -> failed (exit 3), a Ray worker died
 attempt 4  runs to the end                                              -> done
 Each time, every process the run had (collected while it trained, the Ray cluster's included) is gone within 30 s of
-the signal, and the next attempt's first step is the last checkpoint's step + 1. Over the 12 steps the reward rises
+the signal, and the next attempt's first step is the last checkpoint's step + 1. (Each attempt costs a verl start,
+about 100 s here, and its first step another 25 s, in which verl starts its agent-loop workers: attempt 1 ends after
+one step and attempt 3 within its first.) Over the 12 steps the reward rises
 by more than the run-to-run noise, and the sampled policy scores higher on the test split after than before.
 """
 
@@ -152,9 +154,9 @@ def _status(cli) -> str:
 @pytest.mark.timeout(1200)
 def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worker(cli, ready, isolated):
     work = Path.cwd()
-    # attempt 1: trainctl in a terminal that closes once the second checkpoint is saved
+    # attempt 1: trainctl in a terminal that closes once the first checkpoint is saved
     first = Attempt(work, trainctl("train", *ARGS), terminal=True)
-    first.wait(lambda: first.checkpoint() >= 2, "attempt 1's second checkpoint")
+    first.wait(lambda: first.checkpoint() >= 1, "attempt 1's first checkpoint")
     assert len(first.seen) >= 5, f"trainctl's trainer and Ray's processes: {first.seen}"
     os.close(first.master)
     hung_up = time.monotonic()
@@ -179,12 +181,13 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     assert " killed (trainctl (PID " in row and "was killed" in row, row
     saved = second.checkpoint()
 
-    # attempt 3: a Ray worker dies mid-step: the trainer fails, trainctl says why and stops the rest
+    # attempt 3: a Ray worker dies in the attempt's first step: the trainer fails, trainctl says why and stops the rest
     third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
-    third.wait(lambda: len(third.steps(3)) >= 1, "attempt 3's first step")
-    assert third.steps(3)[0] == saved + 1, (saved, third.steps(3))
+    log = work / "runs" / NAME / "logs" / "attempt-3.log"
+    third.wait(lambda: log.is_file() and "ready to fit" in log.read_text(errors="replace"), "attempt 3's training")
     workers = [p for p in map(psutil.Process, third.seen & set(psutil.pids())) if "WorkerDict" in " ".join(p.cmdline())]
     assert workers, "verl's actor worker among the run's processes"
+    assert third.steps(3) == [], "killed before the attempt's first step ended"
     workers[0].kill()
     killed_at = time.monotonic()
     assert third.finish() == 3
@@ -192,7 +195,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     said = third.output.decode(errors="replace")
     assert "a Ray worker of the run died" in said, said[-3000:]
     assert f"trainctl train --resume runs/{NAME}" in said
-    saved = third.checkpoint()
+    assert third.checkpoint() == saved, "attempt 3 saved no step"
 
     # attempt 4: to the end, nothing lost
     fourth = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
