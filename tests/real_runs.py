@@ -23,18 +23,19 @@ import pytest
 from tests.shared import once
 
 REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
-# the eval tests compare `trainctl eval` with the GRPO run's own validation, sample for sample: a reward that moves
-# with any change of a response's text (tests/eval/text_reward.py)
-TEXT_REWARD = Path(__file__).parent / "eval" / "text_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
 FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
-# the GRPO recipe at 4 samples per prompt and a learning rate of 1e-4 (its own settings, 8 and 1e-2, are for learning:
-# tests/launch/test_faults.py), 2 steps
+# the GRPO recipe at 4 samples per prompt and a learning rate of 1e-4, 2 steps: the other PPO-family algorithms' runs
+# (tests/launch/test_ppo.py, slow)
 FAST_RL = [
     "recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score",
     "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-4",
 ]  # fmt: skip
+# the session's GRPO run: the recipe as shipped (reward=arith, lr 1e-2, 8 samples per prompt), GRPO_STEPS steps, a
+# checkpoint and verl's validation every GRPO_EVERY
+GRPO_STEPS = 12
+GRPO_EVERY = 6
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 # failed_run's HF_TOKEN and run.project: it must appear in none of its files
 SECRET = "hf_secretvalue123456"
@@ -139,12 +140,14 @@ def sft_run(real_home, tmp_path_factory) -> RealRun:
 
 @pytest.fixture(scope="session")
 def grpo_run(real_home, tmp_path_factory) -> RealRun:
-    """verl main_ppo GRPO, 2 steps, checkpoints at 1 and 2, logger=console, in a terminal (the live view); verl
-    validates before training and after each step and dumps its validation samples to validation_dir(grpo_run)."""
+    """verl main_ppo GRPO: the GRPO recipe as shipped, 12 steps (issue 29's GRPO learning run:
+    tests/launch/test_learning.py), checkpoints at 6 and 12, logger=console, in a terminal (the live view); verl
+    validates before training and at 6 and 12 and dumps its validation samples to validation_dir(grpo_run) (the eval
+    tests compare `trainctl eval` with them, sample for sample)."""
     return shared_train(
-        tmp_path_factory, real_home, "grpo", *FAST_RL, f"reward.fn={TEXT_REWARD}:compute_score", "run.save_every=1",
-        "run.val_every=1", f"trainer.validation_data_dir={real_home.root / 'grpo-validation'}", "logger=console",
-        terminal=True,
+        tmp_path_factory, real_home, "grpo", "recipe=grpo-arith-tiny-cpu", f"run.max_steps={GRPO_STEPS}",
+        f"run.save_every={GRPO_EVERY}", f"run.val_every={GRPO_EVERY}",
+        f"trainer.validation_data_dir={real_home.root / 'grpo-validation'}", "logger=console", terminal=True,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.eval.conftest import REWARD, REWARD_ARGS
-from tests.real_runs import validation_dir
+from tests.real_runs import GRPO_EVERY, GRPO_STEPS, validation_dir
 from trainctl.eval.passk import pass_at_k
 from trainctl.metrics import read_jsonl, read_metrics
 
@@ -87,13 +87,16 @@ def test_greedy_eval_of_each_checkpoint_agrees_with_verls_validation_and_ckpt_be
     assert result.exit_code == 0, result.output[-3000:]
     lines = result.stdout.splitlines()
     rows = [line for line in lines if line.startswith(("base", "step"))]
-    assert [r.split()[0] + (r.split()[1] if r.startswith("step") else "") for r in rows] == ["base", "step1", "step2"]
+    saved = [GRPO_EVERY, GRPO_STEPS]
+    assert [r.split()[0] + (r.split()[1] if r.startswith("step") else "") for r in rows] == [
+        "base", *(f"step{s}" for s in saved)
+    ]  # fmt: skip
     assert sum("<- best" in r for r in rows) == 1 and "<- best" not in rows[0]
 
     logged = read_metrics(grpo_run)
     scores = read_jsonl(grpo_run / "eval" / "metrics.jsonl")
-    assert sorted(scores) == [0, 1, 2]
-    for step in (0, 1, 2):
+    assert sorted(scores) == [0, *saved]
+    for step in (0, *saved):
         assert scores[step]["eval/arith/acc"] == pytest.approx(logged[step]["val-core/openai/gsm8k/acc/mean@1"])
         assert scores[step]["eval/arith/reward"] == pytest.approx(logged[step]["val-aux/openai/gsm8k/reward/mean@1"])
         # and response for response: verl's dump holds each prompt's chat text and the response it scored
@@ -116,13 +119,13 @@ def test_greedy_eval_of_each_checkpoint_agrees_with_verls_validation_and_ckpt_be
 
 def test_sampled_eval_reports_unbiased_pass_at_k(cli, grpo_run, tiny_model, arith_data, tmp_path):
     out = tmp_path / "out"
-    ckpt = grpo_run.path / "checkpoints" / "global_step_2"
+    ckpt = grpo_run.path / "checkpoints" / f"global_step_{GRPO_STEPS}"
     result = cli("eval", str(ckpt), "n=4", "temperature=1.0", "seed=3", "--limit", "16", "--out", str(out))
     assert result.exit_code == 0, result.output[-3000:]
     assert "pass@4" in result.stdout and "pass@2" in result.stdout
-    samples = _samples(out / "samples" / "arith" / "step-2.jsonl")
+    samples = _samples(out / "samples" / "arith" / f"step-{GRPO_STEPS}.jsonl")
     assert len(samples) == 64
-    metrics = read_jsonl(out / "metrics.jsonl")[2]
+    metrics = read_jsonl(out / "metrics.jsonl")[GRPO_STEPS]
     by_row: dict[int, list[bool]] = {}
     for s in samples:
         by_row.setdefault(s["row"], []).append(s["acc"] >= 1.0)

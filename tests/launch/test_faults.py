@@ -1,5 +1,7 @@
 """A real GRPO run (the GRPO recipe, 12 steps) that loses its trainctl, three ways, goes on each time from its last
-checkpoint, and still learns (issue 29's GRPO learning test).
+checkpoint, and still learns as an uninterrupted run does (tests/launch/test_learning.py). Slow: four verl starts,
+about seven minutes here (`make test-slow`); the supervisor's handling of each ending is in the default suite with a
+stand-in trainer (tests/launchers/test_local.py).
 
 attempt 1  trainctl in a pseudo-terminal that is closed (SIGHUP)       -> interrupted (terminal closed)
 attempt 2  (meanwhile a second trainctl for the same run is refused)    -> trainctl gets SIGKILL: killed
@@ -8,8 +10,7 @@ attempt 4  runs to the end                                              -> done
 Each time, every process the run had (collected while it trained, the Ray cluster's included) is gone within 30 s of
 the signal, and the next attempt's first step is the last checkpoint's step + 1. (Each attempt costs a verl start,
 about 100 s here, and its first step another 25 s, in which verl starts its agent-loop workers: attempt 1 ends after
-one step and attempt 3 within its first.) Over the 12 steps the reward rises
-by more than the run-to-run noise, and the sampled policy scores higher on the test split after than before.
+one step and attempt 3 within its first.) Over the 12 steps the reward rises by more than the run-to-run noise.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.launch.test_learning import GRPO_REWARD_GAIN
 from tests.learning import assert_learned
 from tests.real_runs import TERMINAL, trainctl
 
@@ -40,12 +42,7 @@ ARGS = [
     f"run.name={NAME}",
     "logger=console",
 ]
-# GRPO (the recipe: reward=arith, lr 1e-2, 8 samples per prompt), measured with benchmarks/bench_learning.py over
-# seeds 0-2, uninterrupted: the mean reward of steps 1-3 was 0.040-0.042 and of steps 10-12 0.209-0.258 (a gain of
-# 0.17-0.22); in this test's run (four attempts) 0.045 -> 0.225. Eval of the sampled policy (n=8, temperature 1) on
-# the test split: 0.04 (the base model) -> 0.29 (step 12) in the suite's run
-GRPO_REWARD_GAIN = 0.1
-GRPO_EVAL_GAIN = 0.08
+# the reward's rise over the 12 steps, as for the uninterrupted run (in this test's run, four attempts: 0.045 -> 0.225)
 GONE_WITHIN = 30.0
 
 
@@ -151,6 +148,7 @@ def _status(cli) -> str:
     return " ".join(row.split())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worker(cli, ready, isolated):
     work = Path.cwd()
@@ -207,15 +205,3 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
 
     # and it learned: the reward over the run's 12 steps (each step's last record, whichever attempt logged it)
     assert_learned(work / "runs" / NAME, "critic/score/mean", GRPO_REWARD_GAIN, window=3)
-    sampled = ["n=8", "temperature=1.0", "--out"]
-    # the base model with the run's data settings (its response length among them)
-    before = cli("eval", "tiny", "reward=arith", "data.max_response_length=24", *sampled, str(work / "eval-base"))
-    after = cli("eval", f"runs/{NAME}", *sampled, str(work / "eval-last"))
-    assert before.exit_code == 0 and after.exit_code == 0, before.output + after.output
-    scores = [_eval_reward(work / folder) for folder in ("eval-base", "eval-last")]
-    assert scores[1] >= scores[0] + GRPO_EVAL_GAIN, f"eval/arith/reward before -> after: {scores}"
-
-
-def _eval_reward(folder: Path) -> float:
-    (record,) = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    return record["data"]["eval/arith/reward"]

@@ -231,6 +231,7 @@ def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
     assert "interrupted (stopped by trainctl runs stop)" in row, row
 
 
+@pytest.mark.slow  # a minute: Ray Train's two workers; the SFT job above is the Ray-job path in the default suite
 def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):
     """DPO across 'machines': Ray Train's TorchTrainer with two workers, submitted as a Ray job."""
     from tests.launch.conftest import FAST_DPO

@@ -2,7 +2,9 @@
 kind. The reward model is the tiny one built by a fixture, its run (model_run, tests/launch/conftest.py) shared with
 the GRPO LoRA test; the judge is the tiny model behind an OpenAI-compatible server on 127.0.0.1
 (tests/launch/judge_server.py), and its run trains on tasks `trainctl data gen-tasks` generated for the calculator
-(the generator: tests/data/task_generator.py, also on 127.0.0.1)."""
+(the generator: tests/data/task_generator.py, also on 127.0.0.1). The judge run's tests are in the slow suite (three
+minutes: `make test-slow`); the judge's parsing, its timeouts and a judge served by
+transformers are tested in tests/runtime/test_judge.py."""
 
 from __future__ import annotations
 
@@ -129,6 +131,7 @@ def grpo_advantages(scores: list[float]) -> list[float]:
     return ((t - t.mean()) / (t.std() + 1e-6)).tolist()
 
 
+@pytest.mark.slow
 def test_a_judge_run_trains_and_counts_the_judges_failures(judge_run):
     run, server = judge_run
     assert run.result.exit_code == 0, run.result.output[-4000:]
@@ -148,6 +151,7 @@ def test_a_judge_run_trains_and_counts_the_judges_failures(judge_run):
     assert len(lines) == 16 and sum(line["failure"] is not None for line in lines) == 3
 
 
+@pytest.mark.slow
 def test_the_judges_group_relative_scores_reach_the_advantages(judge_run):
     run, server = judge_run
     assert run.result.exit_code == 0, run.result.output[-4000:]
@@ -180,6 +184,7 @@ def test_the_judges_group_relative_scores_reach_the_advantages(judge_run):
         )
 
 
+@pytest.mark.slow
 def test_the_judges_key_is_never_written(judge_run):
     run, _ = judge_run
     for f in run.dir.rglob("*"):

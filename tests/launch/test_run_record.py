@@ -11,13 +11,14 @@ import json
 import pytest
 
 from tests.launch.wandb_records import history
+from tests.real_runs import GRPO_EVERY, GRPO_STEPS
 from trainctl.metrics import read_jsonl, read_metrics, series
 
 # run fixture -> (a metric the trainer logs under its own name, the checkpoint steps, the summary's first line)
 RUNS = {
     "sft_run": ("train/loss", [2, 4], "train/loss over 4 steps: "),
     "dpo_run": ("train/loss", [8, 16], "train/loss over 16 steps: "),
-    "grpo_run": ("critic/score/mean", [1, 2], "critic/score/mean over 2 steps: "),
+    "grpo_run": ("critic/score/mean", [GRPO_EVERY, GRPO_STEPS], f"critic/score/mean over {GRPO_STEPS} steps: "),
     "wandb_run": ("train/loss", [3], "train/loss over 3 steps: "),
 }
 
@@ -60,7 +61,7 @@ def test_a_metric_the_run_never_logged_is_an_error_that_lists_the_logged_ones(gr
         assert f"Error: {grpo_run.path} never logged the metric 'val/loss'." in err, err
         assert "Metrics logged (" in err and "critic/score/{" in err and "actor/" in err
         assert "Hint: trainctl ckpt" in err
-    assert (grpo_run.path / "checkpoints" / "global_step_1").is_dir(), "nothing was pruned"
+    assert (grpo_run.path / "checkpoints" / f"global_step_{GRPO_EVERY}").is_dir(), "nothing was pruned"
 
     typo = cli("ckpt", "best", str(grpo_run.path), "--metric", "critic/score/maen")
     assert "Did you mean 'critic/score/mean'?" in typo.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tests.real_runs import GRPO_STEPS
+
 # colours and styles, removed; cursor movement (the view redrawing itself), a line break
 STYLE = re.compile(r"\x1b\[[0-9;]*m")
 MOVE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[=>]|\r")
@@ -46,8 +48,8 @@ def test_grpo_in_a_terminal_shows_reward_kl_entropy_and_response_length(grpo_run
     lines = _screen(grpo_run.output)
     text = "\n".join(lines)
     assert "grpo · grpo · verl main_ppo" in text
-    assert any("step 2/2" in line for line in lines), text[-3000:]
-    assert [e for e in _etas(lines, 2) if e != "0:00"], "an ETA is shown while it runs"
+    assert any(f"step {GRPO_STEPS}/{GRPO_STEPS}" in line for line in lines), text[-3000:]
+    assert [e for e in _etas(lines, GRPO_STEPS) if e != "0:00"], "an ETA is shown while it runs"
     for label, name in (
         ("reward", "critic/score/mean"),
         ("KL", "actor/kl_loss"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.real_runs import FAST_SFT
+from tests.real_runs import FAST_SFT, GRPO_EVERY, GRPO_STEPS
 from tests.serve.conftest import (
     SERVER_SECRET,
     copy_run,
@@ -59,7 +59,7 @@ def test_every_run_is_a_job_with_a_stable_uuid_and_the_status_runs_ls_gives(api,
     found = rows(api)
     assert {"sft", "grpo", "dpo", "agent-ppo", "live"} <= set(found)
     assert found["sft"]["uuid"] == run_uuid(sft_run.path)  # the folder's identity, nothing written into it
-    assert found["grpo"]["status"] == "done" and found["grpo"]["steps_done"] == 2
+    assert found["grpo"]["status"] == "done" and found["grpo"]["steps_done"] == GRPO_STEPS
     assert found["grpo"]["headline"]["name"] == "critic/score/mean"
     assert found["live"]["status"] == "running" and found["live"]["detail"].startswith("PID ")
     assert found["dpo"]["algorithm"] == "dpo" and found["dpo"]["model"] == "tiny"
@@ -95,7 +95,7 @@ def test_checkpoints_with_their_metrics_and_eval_results(api, sft_run, grpo_run)
     assert ckpts[0]["path"] == "checkpoints/global_step_2" and ckpts[-1]["latest"]
     assert "train/loss" in ckpts[0]["metrics"] and ckpts[0]["eval_results"] == {}
     grpo = api.get(f"/api/jobs/{run_uuid(grpo_run.path)}/checkpoints").json()
-    assert [c["step"] for c in grpo] == [1, 2] and grpo[0]["parts"] == ["actor"]
+    assert [c["step"] for c in grpo] == [GRPO_EVERY, GRPO_STEPS] and grpo[0]["parts"] == ["actor"]
 
 
 ACTIONS: dict[str, str] = {}  # the background actions the next test starts, checked at the module's end
@@ -110,7 +110,7 @@ def test_checkpoint_actions_start_merge_and_eval_and_prune_shows_then_deletes(ap
     merge = api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 2, "dtype": "auto"})
     assert merge.status_code == 202, merge.text
     assert merge.json()["command"].startswith("trainctl ckpt merge ") and merge.json()["state"] == "running"
-    evaluate = api.post(f"/api/jobs/{grpo}/checkpoints/eval", json={"step": 2, "limit": 2})
+    evaluate = api.post(f"/api/jobs/{grpo}/checkpoints/eval", json={"step": GRPO_STEPS, "limit": 2})
     assert evaluate.status_code == 202, evaluate.text
     ACTIONS.update(merge=merge.json()["id"], eval=evaluate.json()["id"])
     assert api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 3}).status_code == 404  # no such step
@@ -424,5 +424,5 @@ def test_checkpoint_actions_finish(api, copies):
     assert states["eval"]["state"] == "done", states["eval"]["output"]
     ckpts = api.get(f"/api/jobs/{run_uuid(copies / 'grpo-ckpt')}/checkpoints").json()
     scores = {c["step"]: c["eval_results"] for c in ckpts}
-    assert "eval/arith/acc" in scores[2] and scores[1] == {}
+    assert "eval/arith/acc" in scores[GRPO_STEPS] and scores[GRPO_EVERY] == {}
     assert api.get("/api/actions/nope").status_code == 404

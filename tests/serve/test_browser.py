@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_runs import FAST_SFT
+from tests.real_runs import FAST_SFT, GRPO_STEPS
 from tests.serve.conftest import end, fake_live_run, server_env, start_server, stop_if_running
 from trainctl.serve.store import run_uuid
 
@@ -123,7 +123,7 @@ def test_a_run_page_draws_its_charts(site, grpo_run, tmp_path):
     drawn = _curve_pixels(page, ".chart[data-metric='critic/score/mean']")
     assert drawn and drawn[0] > 50, f"no curve on the reward chart ({drawn} pixels of its colour)"
     assert page.locator("#attempts tbody tr").count() == 1
-    assert page.inner_text("#status") == "done" and page.inner_text("#steps") == "2/2"
+    assert page.inner_text("#status") == "done" and page.inner_text("#steps") == f"{GRPO_STEPS}/{GRPO_STEPS}"
     page.locator("details").first.evaluate("d => d.open = true")
     assert "algorithm:" in page.inner_text("#cfg-trainctl")
     _shot(page, "run", tmp_path)
