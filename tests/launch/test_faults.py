@@ -1,6 +1,6 @@
 """A real GRPO run (the GRPO recipe, 12 steps) that loses its trainctl, three ways, goes on each time from its last
 checkpoint, and still learns as an uninterrupted run does (tests/launch/test_learning.py). Slow: four verl starts,
-about seven minutes here (`make test-slow`); the supervisor's handling of each ending is in the default suite with a
+about eight minutes here (`make test-slow`); the supervisor's handling of each ending is in the default suite with a
 stand-in trainer (tests/launchers/test_local.py).
 
 attempt 1  trainctl in a pseudo-terminal that is closed (SIGHUP)       -> interrupted (terminal closed)
