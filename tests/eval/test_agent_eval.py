@@ -70,6 +70,8 @@ def test_agent_eval_samples_trajectories_whose_calls_the_calculator_log_confirms
     calls = [c for s in samples for c in s["tool_calls"]]
     assert metrics["eval/arith-tools/tool/calls_per_trajectory"] == pytest.approx(len(calls) / len(samples))
     assert metrics["eval/arith-tools/tool/calculator/calls"] == len(calls)
+    called = sum(1 for s in samples if s["tool_calls"]) / len(samples)
+    assert 0 < metrics["eval/arith-tools/tool/trajectories_with_calls"] == pytest.approx(called)
     assert metrics["eval/arith-tools/turns"] == pytest.approx(sum(s["num_turns"] for s in samples) / len(samples))
     assert len({s["response"] for s in samples}) > 4, "sampling draws different trajectories"
 

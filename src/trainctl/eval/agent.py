@@ -269,7 +269,8 @@ def summary(prefix: str, records: list[dict]) -> dict[str, float]:
     n = len(records)
     if not n:
         return {}
-    calls = [c for r in records for c in r.get("tool_calls") or []]
+    # a sample's calls do not carry its trajectory's id: number them here, for tool/trajectories_with_calls
+    calls = [c | {"trajectory": i} for i, r in enumerate(records) for c in r.get("tool_calls") or []]
     out = {f"{prefix}/turns": sum(r["num_turns"] for r in records) / n}
     figures = call_metrics(calls, n, prefix=f"{prefix}/tool")
     return out | {k: v for k, v in figures.items() if not k.endswith(("/server_restarts",))}
