@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +30,12 @@ pytest_plugins = ["tests.real_runs"]
 # before the files that only read it, so that no worker waits for a run the other is making and the quick files fill
 # in at the end
 HEAVY_FIRST = (
-    "tests/launch/test_faults.py",  # the longest test (a GRPO run in four attempts): one worker's first
+    # the longest session run (tiny-tools' warm start, then 10 agent steps): one worker's first
+    "tests/launch/test_agent_grpo.py",
+    "tests/launch/test_faults.py",  # (slow suite) the longest test there: a GRPO run in four attempts
     "tests/launch/test_reward.py",  # the reward-model and judge runs
     "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
     "tests/eval/test_eval.py",  # the GRPO run
-    "tests/launch/test_agent_grpo.py",  # the agent run (algorithm=ppo)
     "tests/launch/test_ray_jobs.py",
     "tests/test_readme_tour.py",
     "tests/launch/test_lora.py",
@@ -55,15 +57,45 @@ HEAVY_FIRST = (
 )
 
 
+# session fixtures that take minutes (tiny-tools' warm start, then the agent run)
+LONG_SETUP = {"agent_run", "tiny_tools_dir"}
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         return next((i for i, prefix in enumerate(HEAVY_FIRST) if item.nodeid.startswith(prefix)), len(HEAVY_FIRST))
 
     items.sort(key=rank)  # stable: the order within a rank is pytest's
+    for item in items:
+        if LONG_SETUP.intersection(getattr(item, "fixturenames", ())):
+            # the test that makes the session's agent run, or waits for it on another worker, spends 9-10 minutes
+            # in setup on this machine: the suite's timeout (pyproject: 600 s, a hang guard) would cut it
+            item.add_marker(pytest.mark.timeout(1800))
 
 
 # Credentials and cluster addresses from the developer's shell must not leak into tests.
 _SCRUBBED = ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "HF_ENDPOINT", "TRAINCTL_DEBUG", "MLFLOW_TRACKING_URI")
+
+
+# A suite started in the background from a script (`pytest ... &`: no job control) starts with Ctrl-C ignored, and
+# the processes tests start inherit that: a served model then exits 0 rather than 130 on SIGINT and an MCP bridge
+# sleeps through it. Tests that stop a child with Ctrl-C test trainctl, not the shell that started pytest.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_found(request):
+    """Each test leaves Ctrl-C as it found it in this worker (its handler, and SIGINT unblocked): children inherit
+    both, so a test that changed them would break every later test that stops a child with SIGINT."""
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    now = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    if now != (handler, blocked):
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        pytest.fail(f"{request.node.nodeid} changed SIGINT: {now} (was {(handler, blocked)})")
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +141,7 @@ def tiny_reward_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tools_dir(tmp_path_factory) -> Path:
-    """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls, ~30 s), once per session:
+    """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls, 3-6 min), once per session:
     the agent run trains it and the README tour finds it in place."""
     from trainctl.models.tiny import init_tiny
 

@@ -36,6 +36,9 @@ FAST_RL = [
 # checkpoint and verl's validation every GRPO_EVERY
 GRPO_STEPS = 12
 GRPO_EVERY = 6
+# the session's agent run: the agent recipe as shipped (AGENT_STEPS steps, validated before training and after its
+# last step)
+AGENT_STEPS = 10
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 # failed_run's HF_TOKEN and run.project: it must appear in none of its files
 SECRET = "hf_secretvalue123456"
@@ -191,12 +194,11 @@ def dpo_lora_run(real_home, tmp_path_factory) -> RealRun:
 
 
 @pytest.fixture(scope="session")
-def agent_ppo_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
-    """The agent recipe (verl's tool agent loop, the calculator MCP server over stdio, model tiny-tools, data
-    arith-tools) with algorithm=ppo, 2 steps: one run for the agent's tool calls and PPO's critic; the partial-credit
-    reward of FAST_RL, since verl's gsm8k scorer gives the tiny-tools model's answers 0 throughout; stdout a pipe.
-    verl validates after step 2 on 16 test prompts and dumps them to validation_dir(agent_ppo_run) (agent eval's
-    comparison)."""
+def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
+    """The agent recipe as shipped (GRPO through verl's tool agent loop, the calculator MCP server over stdio, model
+    tiny-tools, data arith-tools, reward=arith-tools), AGENT_STEPS steps: issue 29's agent learning run
+    (tests/launch/test_learning.py) and the run the agent tests read. verl validates before training and at the end
+    on the test split and dumps it to validation_dir(agent_run) (agent eval's comparison); stdout a pipe."""
     import shutil
 
     def make(_) -> RealRun:
@@ -204,12 +206,11 @@ def agent_ppo_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
         prep = subprocess.run(trainctl("data", "prep", "arith-tools"), env=real_home.env(), cwd=real_home.root)
         assert prep.returncode == 0, "trainctl data prep arith-tools failed"
         return train(
-            real_home, "agent-ppo", "recipe=agent-arith-tiny-cpu", "algorithm=ppo", "run.max_steps=2", "reward=fn",
-            f"reward.fn={REWARD}:compute_score", "run.val_every=2", "verl.trainer.val_before_train=false",
-            "verl.data.val_max_samples=16", f"trainer.validation_data_dir={real_home.root / 'agent-ppo-validation'}",
+            real_home, "agent", "recipe=agent-arith-tiny-cpu",
+            f"trainer.validation_data_dir={real_home.root / 'agent-validation'}",
         )  # fmt: skip
 
-    return once(tmp_path_factory, "agent-ppo-run", make)
+    return once(tmp_path_factory, "agent-run", make)
 
 
 @pytest.fixture(scope="session")

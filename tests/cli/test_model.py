@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+
 
 def test_init_ls_info(cli, isolated):
     result = cli("model", "init", "tiny")
@@ -38,3 +42,22 @@ def test_info_with_a_bad_override_exits_1(cli):
     result = cli("model", "info", "qwen2.5-7b", "hardware.gpus_per_node=abc")
     assert result.exit_code == 1
     assert "hardware.gpus_per_node must be an integer, not 'abc'." in result.stderr
+
+
+def test_the_tool_model_says_how_its_warm_start_ended(cli, tiny_tools):
+    result = cli("model", "init", "tiny-tools")
+    assert result.exit_code == 0 and f"Already there: tiny tool-calling model at {tiny_tools}" in result.stdout
+    warm = result.stdout.splitlines()[1]
+    shape = r"Warm start: \d+ steps\. Of 32 held-out questions it calls the calculator for \d+ \(greedily; \d+% of"
+    assert re.match(shape, warm), warm
+    assert "copies the expression right into " in warm and "the calculator's answer as the final answer" in warm, warm
+
+
+def test_a_tool_model_from_an_older_trainctl_gets_the_rebuild_command(cli, isolated, tiny_model_dir):
+    old = isolated / "models" / "tiny-tools"
+    shutil.copytree(tiny_model_dir, old)
+    (old / "trainctl-model.json").write_text(json.dumps({"name": "tiny-tools", "source": "trainctl model init"}))
+    result = cli("model", "init", "tiny-tools")
+    assert result.exit_code == 0 and "Already there: tiny tool-calling model" in result.stdout
+    assert "built by an older trainctl" in result.stdout
+    assert result.stdout.rstrip().endswith("trainctl model init tiny-tools --force"), result.stdout

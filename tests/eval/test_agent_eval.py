@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
+from tests.real_runs import AGENT_STEPS, validation_dir
 from tests.real_runs import REWARD as PARTIAL_REWARD
-from tests.real_runs import validation_dir
 from trainctl.eval.passk import pass_at_k
 from trainctl.metrics import read_jsonl, read_metrics
 
@@ -76,26 +76,26 @@ def test_agent_eval_samples_trajectories_whose_calls_the_calculator_log_confirms
     assert len({s["response"] for s in samples}) > 4, "sampling draws different trajectories"
 
 
-def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_response(agent_ppo_run, cli, tmp_path):
-    validation = validation_dir(agent_ppo_run)
-    run = shutil.copytree(agent_ppo_run.path, tmp_path / "agent")  # eval writes into the run folder
+def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_response(agent_run, cli, tmp_path):
+    validation = validation_dir(agent_run)
+    run = shutil.copytree(agent_run.path, tmp_path / "agent")  # eval writes into the run folder
     assert cli("data", "prep", "arith-tools").exit_code == 0  # the test split, in this test's home
-    result = cli("eval", str(run / "checkpoints" / "global_step_2"))
+    result = cli("eval", str(run / "checkpoints" / f"global_step_{AGENT_STEPS}"))
     assert result.exit_code == 0, result.output[-3000:]
     assert "differ from those" not in result.output, "the same calculator as the run's (lock.json)"
 
-    dumped = _lines(validation / "2.jsonl")
-    ours = _lines(run / "eval" / "samples" / "arith-tools" / "step-2.jsonl")
-    assert len(dumped) == 16 and len(ours) == 64
+    dumped = _lines(validation / f"{AGENT_STEPS}.jsonl")
+    ours = _lines(run / "eval" / "samples" / "arith-tools" / f"step-{AGENT_STEPS}.jsonl")
+    assert len(dumped) == len(ours) == 64
     for theirs in dumped:
         (mine,) = [s for s in ours if s["prompt"][0]["content"] in theirs["input"]]
         assert (mine["response"], mine["reward"]) == (theirs["output"], pytest.approx(theirs["score"]))
     matched = [s for s in ours if any(s["prompt"][0]["content"] in t["input"] for t in dumped)]
-    logged = read_metrics(run)[2]
+    logged = read_metrics(run)[AGENT_STEPS]
     assert sum(s["acc"] for s in matched) / len(matched) == pytest.approx(logged["val-core/openai/gsm8k/acc/mean@1"])
     assert sum(len(s["tool_calls"]) for s in matched) == logged["val-tool/calls"], "the same calls as validation's"
 
-    scores = read_jsonl(run / "eval" / "metrics.jsonl")[2]
+    scores = read_jsonl(run / "eval" / "metrics.jsonl")[AGENT_STEPS]
     assert scores["eval/arith-tools/tool/calculator/calls"] > 0 and scores["eval/arith-tools/turns"] > 2
     picked = cli("ckpt", "best", str(run), "--metric", "eval/arith-tools/acc")
-    assert picked.exit_code == 0 and "global_step_2" in picked.stdout, picked.output
+    assert picked.exit_code == 0 and f"global_step_{AGENT_STEPS}" in picked.stdout, picked.output

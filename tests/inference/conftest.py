@@ -6,7 +6,10 @@ import contextlib
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import invoke
+from trainctl.models.tool_warm_start import call_probabilities, probe_rows, render
 
 
 def eval_samples(model: str, out: Path, limit: int = 2) -> list[dict]:
@@ -32,5 +35,18 @@ def served_here(model: str, *words: str, token: str | None = None):
         server.stop()
 
 
-# the agent recipe's prompt (trainctl.data.tools): the question and the instruction the warm start trained on
-TOOL_QUESTION = 'What is 26 + 38? Use the calculator, then give the final answer after "####".'
+@pytest.fixture(scope="session")
+def tool_question(tiny_tools_dir) -> str:
+    """The agent recipe's prompt (trainctl.data.tools: a question and the instruction the warm start trained on) for
+    the warm start's probe question that tiny-tools is likeliest to call the calculator for. tiny-tools answers some
+    questions without the calculator (GRPO's room to learn), and calls greedily for most of its probe questions."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tools_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_tools_dir)
+    rows = probe_rows()
+    with torch.no_grad():
+        chances = call_probabilities(model, tokenizer, [render(tokenizer, r, 1, True) for r in rows])
+    assert chances.max() > 0.5, f"tiny-tools calls for no probe question, greedily: {chances.tolist()}"
+    return rows[int(chances.argmax())]["messages"][0]["content"]

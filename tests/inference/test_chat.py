@@ -16,7 +16,6 @@ import sys
 import termios
 import time
 
-from tests.inference.conftest import TOOL_QUESTION
 from trainctl.runtime.tools.calculator import calculate
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -78,12 +77,12 @@ def _calls(text: str) -> list[tuple[str, str]]:
     return [(json.loads(args)["expression"], result) for args, result in found]
 
 
-def test_chat_in_a_terminal_calls_the_calculator_and_takes_commands(tiny_tools):
+def test_chat_in_a_terminal_calls_the_calculator_and_takes_commands(tiny_tools, tool_question):
     term = Terminal([sys.executable, "-m", "trainctl", "chat", "tiny-tools", "tools=calculator"], dict(os.environ))
     try:
         banner = " ".join(term.read_until("you> ").split())  # long lines wrap at the terminal's width
         assert "trainctl chat" in banner and "tools: calculator" in banner and "greedy" in banner, banner
-        shown = term.type(TOOL_QUESTION)
+        shown = term.type(tool_question)
         calls = _calls(shown)
         assert calls, f"no calculator call shown:\n{shown}"
         for expression, result in calls:  # the real server's answer to what the model asked
@@ -99,17 +98,17 @@ def test_chat_in_a_terminal_calls_the_calculator_and_takes_commands(tiny_tools):
     assert code == 0, term.screen[-3000:]
 
 
-def test_chat_through_a_pipe_answers_one_line_per_question(cli, tiny_tools, monkeypatch):
+def test_chat_through_a_pipe_answers_one_line_per_question(cli, tiny_tools, tool_question, monkeypatch):
     # the calculator as a Python function (tools=calculator-fn): the function tools' path, with no server to start
     read, write = os.pipe()
-    os.write(write, f"{TOOL_QUESTION}\n/reset\n\n{TOOL_QUESTION}\n".encode())
+    os.write(write, f"{tool_question}\n/reset\n\n{tool_question}\n".encode())
     os.close(write)
     with os.fdopen(read) as pipe:
         monkeypatch.setattr(sys, "stdin", pipe)
         result = cli("chat", "tiny-tools", "tools=calculator-fn", "--json")
     assert result.exit_code == 0, result.output[-3000:]
     answers = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [a["input"] for a in answers] == [TOOL_QUESTION, TOOL_QUESTION]
+    assert [a["input"] for a in answers] == [tool_question, tool_question]
     assert answers[0] == answers[1], "after /reset the same question gets the same (greedy) answer"
     calls = answers[0]["tool_calls"]
     assert calls and all(c["name"] == "calculator" and not c["error"] for c in calls), calls

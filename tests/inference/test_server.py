@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.inference.conftest import TOOL_QUESTION, eval_samples, served_here
+from tests.inference.conftest import eval_samples, served_here
 from tests.launch.conftest import model_run  # noqa: F401  the session's GRPO run with lora=r8 (a shared run)
 
 
@@ -141,14 +141,14 @@ def test_serve_a_lora_grpo_checkpoint_merged_into_the_cache(model_run, monkeypat
     assert sorted(p.name for p in model_run.dir.rglob("*")) == before, "nothing written into the run"
 
 
-def test_a_tool_call_comes_back_parsed_with_the_runs_parser(tiny_tools_dir):
+def test_a_tool_call_comes_back_parsed_with_the_runs_parser(tiny_tools_dir, tool_question):
     from openai import OpenAI
 
     from trainctl.data.tools import calculator_schema
     from trainctl.runtime.tools.calculator import calculate
 
     tools = [calculator_schema()]
-    question = [{"role": "user", "content": TOOL_QUESTION}]
+    question = [{"role": "user", "content": tool_question}]
     with served_here(str(tiny_tools_dir)) as server:
         client = OpenAI(base_url=server.url, api_key="unused")
         r = client.chat.completions.create(model="tiny-tools", messages=question, tools=tools)

@@ -1,10 +1,11 @@
 """Agentic RL for real on CPU, through trainctl's own CLI: `trainctl train recipe=agent-arith-tiny-cpu` runs the PPO
 family (verl.trainer.main_ppo) through verl's tool agent loop, trainctl's hf rollout and the built-in calculator MCP
-server, which the run starts over stdio and stops with it. The session runs it once with algorithm=ppo (the recipe
-says grpo): the same agent loop, and test_ppo reads the critic from the same run.
+server, which the run starts over stdio and stops with it. The session runs the recipe once, as shipped
+(tests/real_runs.py agent_run: GRPO, AGENT_STEPS steps, validated before and after): the run test_learning checks
+learns.
 
-The model is `trainctl model init tiny-tools` (the tiny model after a short warm start on calculator calls: a random
-one never writes a tool call); the data is `trainctl data prep arith-tools`. The same run through raw verl overrides
+The model is `trainctl model init tiny-tools` (the tiny model after a warm start on calculator calls: a random one
+never writes a tool call); the data is `trainctl data prep arith-tools`. The same run through raw verl overrides
 (the test this one replaced) proved nothing more: trainctl writes the same multi_turn keys and tool config itself.
 """
 
@@ -17,6 +18,7 @@ import re
 import torch
 import yaml
 
+from tests.real_runs import AGENT_STEPS
 from tests.runtime.mcp_fixtures import wait_gone
 from trainctl.metrics import read_metrics
 from trainctl.runtime.tool_calls import read_call_logs
@@ -28,9 +30,8 @@ TURN = re.compile(
 )
 
 
-def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_ppo_run, tiny_tools_dir, cli, tmp_path):
-    # the session's agent run (tests/real_runs.py): the recipe with algorithm=ppo, whose critic test_ppo checks
-    run = agent_ppo_run.path
+def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_run, tiny_tools_dir, cli, tmp_path):
+    run = agent_run.path  # the session's agent run (tests/real_runs.py)
 
     # the tool config verl read: written by trainctl into the run folder, the server named inline
     config = yaml.safe_load((run / "tools.yaml").read_text())
@@ -51,7 +52,8 @@ def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_pp
     samples = [
         json.loads(line) for f in sorted((run / "rollouts").glob("*.jsonl")) for line in f.read_text().splitlines()
     ]
-    assert {s["step"] for s in samples} == {1, 2} and len(samples) == 2 * 8 * 4
+    # 8 prompts a step, 8 samples of each
+    assert {s["step"] for s in samples} == set(range(1, AGENT_STEPS + 1)) and len(samples) == AGENT_STEPS * 8 * 8
     checked = 0
     for sample in samples:
         for turn in TURN.finditer(sample["output"]):
@@ -66,15 +68,18 @@ def test_agent_recipe_calls_the_calculator_server_and_reads_its_answers(agent_pp
     assert checked >= 8, f"only {checked} verified tool turns in {len(samples)} rollouts"
 
     metrics = read_metrics(run)
-    assert sorted(metrics) == [1, 2]
-    for step in (1, 2):
+    steps = list(range(1, AGENT_STEPS + 1))
+    assert sorted(metrics) == [0, *steps]
+    for step in steps:
         m = metrics[step]
         assert m["tool/calls"] > 0 and m["tool/calculator/calls"] == m["tool/calls"]
         assert 0 < m["tool/calls_per_trajectory"] <= 3 and 0 <= m["tool/error_share"] <= 1
         assert m["num_turns/mean"] > 2, "multi-turn trajectories"
         assert "critic/score/mean" in m and "actor/pg_loss" in m
-    # every call counted once: in the step that made it, or with the validation after step 2 (val-tool/*)
-    assert sum(metrics[s]["tool/calls"] for s in (1, 2)) + metrics[2]["val-tool/calls"] == len(bridged)
+    # every call counted once: in the step that made it, or with a validation, before training and after the last
+    # step (val-tool/*)
+    validated = metrics[0]["val-tool/calls"] + metrics[AGENT_STEPS]["val-tool/calls"]
+    assert sum(metrics[s]["tool/calls"] for s in steps) + validated == len(bridged)
 
     # the stdio server stopped with the run: nothing holding its log path is alive
     assert not wait_gone(str(run / "tools" / "calculator.jsonl")), "a calculator process outlived the run"
@@ -95,10 +100,10 @@ def _json(text: str):
         return None
 
 
-def test_the_agent_runs_trajectories_as_turns_and_its_tool_environment(agent_ppo_run, cli):
+def test_the_agent_runs_trajectories_as_turns_and_its_tool_environment(agent_run, cli):
     """rollouts/N.jsonl keeps verl's flattened text and adds each trajectory's turns (issue 30): the calculator's
     answers in the tool turns are the server's own; `runs rollouts` shows them; lock.json names the server."""
-    run = agent_ppo_run.path
+    run = agent_run.path
     executed = [json.loads(line) for line in (run / "tools" / "calculator.jsonl").read_text().splitlines()]
     answers = {c["expression"]: c.get("result") for c in executed}
     rows = [json.loads(line) for line in (run / "rollouts" / "1.jsonl").read_text().splitlines()]

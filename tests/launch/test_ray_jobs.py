@@ -259,8 +259,8 @@ def test_an_agent_run_with_the_calculator_as_a_ray_job(cli, isolated, tiny_tools
     shutil.copytree(tiny_tools_dir, isolated / "models" / "tiny-tools")
     assert cli("data", "prep", "arith-tools").exit_code == 0
     result = cli(
-        "train", "recipe=agent-arith-tiny-cpu", "run.max_steps=1", "run.name=rayagent", "reward=fn",
-        f"reward.fn={REWARD}:compute_score", "actor_rollout_ref.rollout.n=2", *_job(cluster),
+        "train", "recipe=agent-arith-tiny-cpu", "run.max_steps=1", "run.val_every=null", "run.name=rayagent",
+        "reward=fn", f"reward.fn={REWARD}:compute_score", "actor_rollout_ref.rollout.n=2", *_job(cluster),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     run = tmp_path / "work" / "runs" / "rayagent"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.real_runs import FAST_SFT, GRPO_EVERY, GRPO_STEPS
+from tests.real_runs import AGENT_STEPS, FAST_SFT, GRPO_EVERY, GRPO_STEPS
 from tests.serve.conftest import (
     SERVER_SECRET,
     copy_run,
@@ -28,13 +28,13 @@ from trainctl.serve.store import run_uuid
 
 
 @pytest.fixture(scope="module")
-def served(sft_run, grpo_run, dpo_run, agent_ppo_run, real_home, copies, tmp_path_factory):
+def served(sft_run, grpo_run, dpo_run, agent_run, real_home, copies, tmp_path_factory):
     """One server for the module, actions on, over this module's runs folder (first: jobs go there) and the
     folders of the session's SFT, GRPO, DPO and agent runs."""
     live_proc = fake_live_run(sft_run.path, copies / "live")
     with open(copies / "live" / "logs" / "attempt-1.log", "a") as log:
         log.write(f"a line that quotes the server's secret {SERVER_SECRET}\n")
-    roots = [copies, *(r.path.parent for r in (sft_run, grpo_run, dpo_run, agent_ppo_run))]
+    roots = [copies, *(r.path.parent for r in (sft_run, grpo_run, dpo_run, agent_run))]
     log = tmp_path_factory.mktemp("serve-log") / "server.log"
     server = start_server(roots, server_env(real_home), copies.parent, "--allow-actions", log=log)
     yield server
@@ -57,7 +57,7 @@ def rows(api) -> dict[str, dict]:
 
 def test_every_run_is_a_job_with_a_stable_uuid_and_the_status_runs_ls_gives(api, sft_run, grpo_run, copies):
     found = rows(api)
-    assert {"sft", "grpo", "dpo", "agent-ppo", "live"} <= set(found)
+    assert {"sft", "grpo", "dpo", "agent", "live"} <= set(found)
     assert found["sft"]["uuid"] == run_uuid(sft_run.path)  # the folder's identity, nothing written into it
     assert found["grpo"]["status"] == "done" and found["grpo"]["steps_done"] == GRPO_STEPS
     assert found["grpo"]["headline"]["name"] == "critic/score/mean"
@@ -145,10 +145,10 @@ def test_log_config_and_files(api, grpo_run, copies):
     assert SERVER_SECRET not in api.get(f"/files/{run_uuid(copies / 'live')}/logs/attempt-1.log").text
 
 
-def test_trajectories_as_turns_filtered_by_reward_and_tool_errors(api, agent_ppo_run):
-    uid = run_uuid(agent_ppo_run.path)
+def test_trajectories_as_turns_filtered_by_reward_and_tool_errors(api, agent_run):
+    uid = run_uuid(agent_run.path)
     steps = api.get(f"/api/jobs/{uid}/rollouts").json()
-    assert [s["step"] for s in steps] == [1, 2] and all(s["trajectories"] > 0 for s in steps)
+    assert [s["step"] for s in steps] == list(range(1, AGENT_STEPS + 1)) and all(s["trajectories"] > 0 for s in steps)
     items = api.get(f"/api/jobs/{uid}/rollouts/1").json()
     assert items and all(t["prompt"] and t["turns"][0]["role"] == "assistant" for t in items)
     calls = [c for t in items for turn in t["turns"] for c in turn.get("tool_calls", [])]
@@ -162,7 +162,9 @@ def test_trajectories_as_turns_filtered_by_reward_and_tool_errors(api, agent_ppo
     high = api.get(f"/api/jobs/{uid}/rollouts/1", params={"min_reward": cut}).json()
     assert high and all(t["reward"] >= cut for t in high)
     same = api.get(f"/api/jobs/{uid}/prompts/{items[0]['prompt_key']}").json()
-    assert {t["prompt"] for t in same} == {items[0]["prompt"]} and {t["step"] for t in same} <= {1, 2}
+    assert {t["prompt"] for t in same} == {items[0]["prompt"]} and {t["step"] for t in same} <= set(
+        range(1, AGENT_STEPS + 1)
+    )
 
 
 def test_compare_and_gpus(api, sft_run, grpo_run):

@@ -160,6 +160,21 @@ def stdout_console():
 
 
 @contextlib.contextmanager
+def progress_bar(label: str, total: int | None = None):
+    """A callback advancing a progress bar on a terminal (nothing when output is redirected)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = [SpinnerColumn(), TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+@contextlib.contextmanager
 def byte_progress(label: str):
     """A bytes progress bar on a terminal: progress(n) advances it, progress(0, total=N) sets its total."""
     if not sys.stderr.isatty():

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import OVERRIDE_CONTEXT, ConfigDirs, Overrides, command_overrides
+from trainctl.cli.common import OVERRIDE_CONTEXT, ConfigDirs, Overrides, command_overrides, progress_bar
 
 app = typer.Typer(
     help="Data: prepare, convert and check datasets in the format each trainer reads.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-
-
-@contextlib.contextmanager
-def progress_bar(label: str, total: int | None = None):
-    """A callback advancing a progress bar on a terminal (nothing when output is redirected)."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    columns = [SpinnerColumn(), TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 @app.command(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -262,7 +263,7 @@ Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
   trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
-  trainctl model init tiny-tools           tiny, warm-started to call the calculator (~1 min): tools=calculator
+  trainctl model init tiny-tools           tiny, warm-started to call the calculator (3-6 min): tools=calculator
 """
 )
 def init(
@@ -286,9 +287,29 @@ def init(
         )
     target = out or Path(load([f"model={name}"]).cfg.model.path)
     existed = (target / "config.json").is_file()
-    path = init_tiny(target, force=force, name=name)
+    if name == "tiny-tools" and (force or not existed):
+        from trainctl.cli.common import progress_bar
+        from trainctl.models.tool_warm_start import MAX_STEPS
+
+        with progress_bar("warm start (stops once it calls the calculator right)", MAX_STEPS) as progress:
+            path = init_tiny(target, force=force, name=name, progress=progress)
+    else:
+        path = init_tiny(target, force=force, name=name)
     what = {"tiny-rm": "tiny reward model", "tiny-tools": "tiny tool-calling model"}.get(name, "tiny model")
     typer.echo(f"{'Already there' if existed and not force else 'Built'}: {what} at {path}")
+    warm = json.loads((path / "trainctl-model.json").read_text()).get("warm_start")
+    if name == "tiny-tools" and not warm:
+        typer.echo(
+            "It was built by an older trainctl (a short warm start that always calls the calculator, from which the "
+            f"agent recipe learns nothing): trainctl model init tiny-tools --force{f' --out {out}' if out else ''}"
+        )
+    elif warm:
+        typer.echo(
+            f"Warm start: {warm['steps']} steps. Of {warm['probed']} held-out questions it calls the calculator "
+            f"for {warm['calls_greedy']} (greedily; {warm['call_share']:.0%} of samples), copies the expression "
+            f"right into {warm['calls_right']} calls and writes the calculator's answer as the final answer for "
+            f"{warm['answers_right']}"
+        )
 
 
 @app.command(

@@ -43,10 +43,20 @@ class Problem:
         return f"{self.a} {self.op} {self.b} = {wrong_answer(self, rng)}"
 
 
-# the splits are cut, in this order, from one stream of distinct problems: no repeats, no test row seen in training
-SPLITS = ("train", "test")
-# problems reserved per split; the space holds ~20k distinct ones (a + b and a - b up to 99, a * b up to 12)
+# the splits are cut, in this order, from one stream of distinct problems: no repeats, no test row seen in training;
+# `warmup` is what tiny-tools' warm start learns the calculator on (trainctl.models.tool_warm_start), so that RL on
+# the train split meets questions the warm start never saw
+SPLITS = ("train", "test", "warmup")
+# problems reserved per split; the space holds 20,169 distinct ones (a + b and a - b up to 99, a * b up to 12)
 SPLIT_ROOM = 8_000
+SPACE = 2 * 100 * 100 + 13 * 13
+
+
+def room(split: str) -> int:
+    """How many distinct problems a split can hold: the last of SPLITS has what the others leave."""
+    if split in SPLITS and SPLITS.index(split) == len(SPLITS) - 1:
+        return SPACE - (len(SPLITS) - 1) * SPLIT_ROOM
+    return SPLIT_ROOM
 
 
 def _distinct(seed: int) -> Iterator[tuple[int, str, int]]:
@@ -63,8 +73,8 @@ def _distinct(seed: int) -> Iterator[tuple[int, str, int]]:
 
 def problems(n: int, seed: int, split: str) -> Iterator[Problem]:
     """n distinct problems of a split; train and test never share one (other splits draw their own)."""
-    if n > SPLIT_ROOM:
-        raise ValueError(f"arith has room for {SPLIT_ROOM} problems per split, not {n}")
+    if n > room(split):
+        raise ValueError(f"arith has room for {room(split)} problems in split {split!r}, not {n}")
     if split in SPLITS:
         stream = _distinct(seed)
         for _ in range(SPLITS.index(split) * SPLIT_ROOM):

@@ -7,6 +7,7 @@ every time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -193,9 +194,10 @@ def fetch_command(name: str) -> str:
     return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
-def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
-    """Write a tiny model (`tiny`, or the reward model `tiny-rm`) to `out` (built in a temporary folder, then
-    renamed into place)."""
+def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None) -> Path:
+    """Write a tiny model (`tiny`, the reward model `tiny-rm`, or `tiny-tools`) to `out` (built in a temporary folder,
+    then renamed into place). `progress(n)` is told of each warm-start step of tiny-tools; how its warm start ended
+    goes into `trainctl-model.json`."""
     out = Path(out).expanduser()
     if (out / "config.json").is_file() and not force:
         return out
@@ -209,6 +211,7 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
     tok.save_pretrained(tmp)
     hf_logging.disable_progress_bar()
     model.save_pretrained(tmp, safe_serialization=True)
+    record = {"name": name, "source": f"trainctl model init {name}"}
     if name == "tiny-tools":
         # the tiny model taught to call the calculator (trainctl.models.tool_warm_start)
         from trainctl.models.tool_warm_start import init_tiny_tools
@@ -216,11 +219,10 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny") -> Path:
         base = tmp.with_name(f".{out.name}.base")
         shutil.rmtree(base, ignore_errors=True)
         tmp.rename(base)
-        init_tiny_tools(base, tmp)
+        warm = init_tiny_tools(base, tmp, progress=progress)
         shutil.rmtree(base)
-    atomic_write_text(
-        tmp / "trainctl-model.json", json.dumps({"name": name, "source": f"trainctl model init {name}"}) + "\n"
-    )
+        record["warm_start"] = dataclasses.asdict(warm)
+    atomic_write_text(tmp / "trainctl-model.json", json.dumps(record) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

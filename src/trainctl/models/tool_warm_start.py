@@ -1,18 +1,50 @@
-"""`trainctl model init tiny-tools`: the tiny model after a short SFT warm start on calculator demonstrations
-(trainctl.data.tools, tool_sft rows: the arith train split's 512 questions, each with one hermes calculator call, the
-calculator's answer and the final answer).
+"""`trainctl model init tiny-tools`: the tiny model after an SFT warm start on calculator demonstrations
+(trainctl.data.tools, tool_sft rows: 512 questions of arith's `warmup` split). Two in three demonstrations call the
+calculator (the question, one hermes call, the calculator's answer, `expr = N\n#### N`); the others answer at once
+(`expr = N\n#### N` with no call).
 
-A random tiny model never writes a tool call, so GRPO with a tool would have nothing to train on. This teaches the
-hermes call format in ~150 steps (~1 min on 2 cores): plain PyTorch on the demonstrations, with the loss on the
-assistant turns only (what verl's MultiTurnSFTDataset masks). verl's SFT trainer (`trainctl train algorithm=sft
-data=arith-tools`) does the same job, but takes ~10 s a step on this CPU; tests/data/test_tools.py checks the
-demonstrations load in verl's SFT dataset.
+Why a warm start: a random tiny model never writes a tool call, so GRPO with a tool would have nothing to train on.
+Why the answers without a call: a model that copied every demonstration's call would leave GRPO nothing to learn
+(measured: from a model that always calls, the agent recipe's reward did not move in 16 steps). This one calls in
+about two of three samples, and the calculator is what gets the answer right (the tiny model cannot add), so GRPO
+learns from its reward to call the calculator: the agent recipe's share of trajectories with a call and its reward
+both rise (tests/launch/test_learning.py).
+
+It is plain PyTorch on the demonstrations, with the loss on the assistant turns only (what verl's
+MultiTurnSFTDataset masks). It stops on a held-out probe of 32 questions, not at a fixed step: when the copying sets
+in varies (measured: 500 to 900 steps), so a fixed step gives a different model on every machine. Once (1) given the
+start of a call, the model greedily writes the question's expression for TARGET of the questions and (2) given the
+calculator's answer, it writes `#### N` for TARGET of them, it goes on at a tenth of the learning rate until also
+(3) it calls for GREEDY_CALLS of the probe questions, greedily (a call's first token has probability over one half:
+a greedy chat with it mostly calls the calculator), and (4) it still answers without a call in some samples (the
+mean probability of a call is at most CALL_SHARE_MAX).
+verl's SFT trainer (`trainctl train algorithm=sft data=arith-tools`) could do the same job, but takes ~10 s a step on
+this CPU; tests/data/test_tools.py checks the demonstrations load in verl's SFT dataset.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+# the share of the demonstrations that answer without calling the calculator: room for GRPO to learn to call it
+DIRECT_SHARE = 1 / 3
+# stop once the probe's copied expressions and final answers are each right for this share of its questions
+TARGET = 0.5
+# and stop only once it calls greedily for this share of the probe's questions (all of them took hundreds of steps
+# more at the lower learning rate: a few questions' call probability hovers about one half)
+GREEDY_CALLS = 0.9
+# and calls in at most this share of its samples (the mean probability of a call over the probe's
+# questions): GRPO learns little from groups that all called
+CALL_SHARE_MAX = 0.8
+# a cap, for a machine where the copying never comes
+MAX_STEPS = 2000
+PROBED = 32
+# where a call's expression starts in the hermes call the chat template renders
+EXPRESSION = '"expression": "'
 
 
 def encode(tokenizer, row: dict) -> tuple[list[int], list[int]]:
@@ -31,9 +63,98 @@ def encode(tokenizer, row: dict) -> tuple[list[int], list[int]]:
     return ids, mask
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """How a warm start ended: its steps, and on the held-out probe questions how many expressions it copied right
+    into a call, how many final answers (after the calculator's answer) were right, how many it greedily calls the
+    calculator for, and the mean probability of a call."""
+
+    steps: int
+    calls_right: int
+    answers_right: int
+    calls_greedy: int
+    call_share: float
+    probed: int
+
+
+def render(tokenizer, row: dict, turns: int, generation_prompt: bool) -> str:
+    """A demonstration's first `turns` messages as the chat template renders them, with its tools."""
+    return tokenizer.apply_chat_template(
+        row["messages"][:turns], tools=row["tools"], tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+def _left_padded(tokenizer, prompts: list[str]):
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        return tokenizer(prompts, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+
+
+def _greedy(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
+    batch = _left_padded(tokenizer, prompts)
+    out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :])
+
+
+def call_probabilities(model, tokenizer, prompts: list[str]):
+    """The probability that the model's answer to each prompt starts a tool call (`<tool_call>`'s first token)."""
+    import torch
+
+    first = tokenizer.convert_tokens_to_ids(tokenizer.tokenize("<tool_call>")[0])
+    logits = model(**_left_padded(tokenizer, prompts)).logits[:, -1]
+    return torch.softmax(logits, dim=-1)[:, first]
+
+
+def probe(model, tokenizer, rows: list[dict]) -> tuple[int, int, int, float]:
+    """Of `rows`' questions (calculator demonstrations): for how many the model, given its call up to the
+    expression, greedily writes the question's expression; for how many, given the calculator's answer, it writes
+    `#### N`; for how many it greedily starts a call; and the mean probability that it does."""
+    import torch
+
+    calls = []
+    for row in rows:
+        rendered = render(tokenizer, row, 2, False)
+        calls.append(rendered[: rendered.index(EXPRESSION) + len(EXPRESSION)])
+    model.eval()
+    with torch.no_grad():
+        copied = _greedy(model, tokenizer, calls, max_new_tokens=12)
+        answers = _greedy(model, tokenizer, [render(tokenizer, r, 3, True) for r in rows], max_new_tokens=30)
+        starts = call_probabilities(model, tokenizer, [render(tokenizer, r, 1, True) for r in rows])
+    model.train()
+    calls_right = answers_right = 0
+    for row, call, answer in zip(rows, copied, answers, strict=True):
+        (wanted,) = row["messages"][1]["tool_calls"]
+        calls_right += call.startswith(json.loads(wanted["function"]["arguments"])["expression"] + '"')
+        answers_right += f"#### {row['messages'][2]['content']}" in answer
+    return calls_right, answers_right, int((starts > 0.5).sum()), round(float(starts.mean()), 3)
+
+
+def direct(row: dict) -> dict:
+    """The demonstration answered without the calculator: the question, then its final answer."""
+    question, *_, answer = row["messages"]
+    return {"messages": [question, answer], "tools": row["tools"]}
+
+
 def warm_start(
-    model_dir: Path, rows: list[dict], out: Path, steps: int = 150, lr: float = 3e-3, batch: int = 16, seed: int = 0
-) -> Path:
+    model_dir: Path,
+    rows: list[dict],
+    probe_rows: list[dict],
+    out: Path,
+    *,
+    target: float = TARGET,
+    max_steps: int = MAX_STEPS,
+    probe_every: int = 25,
+    lr: float = 3e-3,
+    batch: int = 16,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> WarmStart:
+    """SFT on `rows` until, on `probe_rows`' questions (calculator demonstrations), the copied expressions and the
+    final answers are each right for `target` of them, then at a tenth of `lr` until it also greedily calls the
+    calculator for GREEDY_CALLS of them in at most CALL_SHARE_MAX of its samples (probed every `probe_every` steps),
+    or `max_steps`; the model goes to `out`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -47,9 +168,14 @@ def warm_start(
     for i, (ids, mask) in enumerate(encoded):
         x[i, : len(ids)] = torch.tensor(ids)
         m[i, : len(mask)] = torch.tensor(mask, dtype=torch.float)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    # beta2 0.95 rather than AdamW's 0.999: the model learns to copy the question's numbers into its call after
+    # ~450 steps where 0.999 took 700 to more than 1000 (measured over two seeds and two question sets)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
-    for _ in range(steps):
+    calls = answers = greedy = step = 0
+    share = 0.0
+    while step < max_steps:
+        step += 1
         pick = torch.randint(0, len(encoded), (batch,))
         ids, mask = x[pick], m[pick][:, 1:]
         logits = model(input_ids=ids).logits[:, :-1]
@@ -59,21 +185,48 @@ def warm_start(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if progress:
+            progress(1)
+        if step % probe_every == 0 or step == max_steps:
+            calls, answers, greedy, share = probe(model, tokenizer, probe_rows)
+            if min(calls, answers) < target * len(probe_rows):
+                continue
+            if greedy >= GREEDY_CALLS * len(probe_rows) and share <= CALL_SHARE_MAX:
+                break
+            # skilled, but its choice to call swings from probe to probe at this learning rate (measured: a mean
+            # call probability of 0.2 to 0.8 where the demonstrations call in 2 of 3): settle it at a tenth
+            for group in optimizer.param_groups:
+                group["lr"] = lr / 10
     shutil.copytree(model_dir, out)
     model.save_pretrained(out, safe_serialization=True)
-    return out
+    return WarmStart(step, calls, answers, greedy, share, len(probe_rows))
 
 
-def init_tiny_tools(tokenizer_and_model_dir: Path, out: Path, seed: int = 0) -> Path:
-    """Warm-start the tiny model in `tokenizer_and_model_dir` on the arith calculator demonstrations into `out`."""
+def probe_rows(seed: int = 0) -> list[dict]:
+    """The held-out questions the warm start is probed on (the warmup split's next PROBED after its 512): the ones
+    tiny-tools calls the calculator for, greedily."""
+    from trainctl.data.tools import arith_rows
+
+    return list(arith_rows("tool_sft", "warmup", 512 + PROBED, seed))[512:]
+
+
+def init_tiny_tools(
+    tokenizer_and_model_dir: Path, out: Path, seed: int = 0, progress: Callable[[int], None] | None = None
+) -> WarmStart:
+    """Warm-start the tiny model in `tokenizer_and_model_dir` on calculator demonstrations into `out`: 512 questions
+    of arith's `warmup` split, DIRECT_SHARE of them answered without the calculator (a seeded pick), probed on the
+    next PROBED (RL trains on the train split, which it never saw)."""
+    import random
+
     import torch
 
     from trainctl.data.tools import arith_rows
 
+    pick = random.Random(seed)
+    rows = [direct(r) if pick.random() < DIRECT_SHARE else r for r in arith_rows("tool_sft", "warmup", 512, seed)]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # measured faster than 2 threads for this 181k-parameter model on 2 cores
+    torch.set_num_threads(1)  # measured faster than 2 threads for this 181k-parameter model on 2 busy cores
     try:
-        rows = list(arith_rows("tool_sft", "train", 512, seed))
-        return warm_start(tokenizer_and_model_dir, rows, out, seed=seed)
+        return warm_start(tokenizer_and_model_dir, rows, probe_rows(seed), out, seed=seed, progress=progress)
     finally:
         torch.set_num_threads(threads)
