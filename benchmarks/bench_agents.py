@@ -7,7 +7,8 @@ agent run.
    same prompts scored single-turn (tools=none: one generation per sample, no tool round-trips).
 2. The preflight (trainctl.toolenv.preflight.run): one scripted trajectory through the real calculator server and
    the model's chat template, median of BENCH_REPS runs, in this process.
-3. A tool call inside a real agent run (`trainctl train recipe=agent-arith-tiny-cpu`, 4 steps): the median, mean
+3. A tool call inside a real agent run (`trainctl train recipe=agent-arith-tiny-cpu`, 4 steps; the median of
+   BENCH_REPS runs' medians, and of the middle run where its time went): the median, mean
    and 90th percentile of each call's seconds as the caller saw them (the run's tools/calls/*.jsonl), and the mean
    of the first step's calls (where the stdio server's start-up went before trainctl warmed the connection when the
    agent-loop worker built its tools). The calls of one step arrive together (the batch's first turns end
@@ -109,17 +110,27 @@ print(json.dumps({"preflight": statistics.median(times), "listing": listing}))
     ]
 
 
-def in_run_rows(work: Path, env: dict) -> list[Row]:
+def _agent_run_calls(work: Path, env: dict, name: str) -> list[dict]:
     from trainctl.runtime.tool_calls import read_call_logs
 
-    argv = [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.max_steps={STEPS}", "run.name=agent-bench"]
+    argv = [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.max_steps={STEPS}", f"run.name={name}"]
     proc = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the agent run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    calls = sorted(read_call_logs(work / "runs" / "agent-bench" / "tools" / "calls"), key=lambda r: r["time"])
-    seconds = [float(c["seconds"]) for c in calls]
-    ms = sorted(s * 1e3 for s in seconds)
-    server_ms = sorted(float(c["server_seconds"]) * 1e3 for c in calls if c.get("server_seconds") is not None)
+    return sorted(read_call_logs(work / "runs" / name / "tools" / "calls"), key=lambda r: r["time"])
+
+
+def in_run_rows(work: Path, env: dict, n: int) -> list[Row]:
+    """n agent runs (their medians differ by up to 1.5x from run to run: how the bursts meet the tokenizing)."""
+    runs = [_agent_run_calls(work, env, f"agent-bench-{i}") for i in range(n)]
+    run_medians = [statistics.median(float(c["seconds"]) * 1e3 for c in calls) for calls in runs]
+    # the run whose median is the median of the runs' medians tells where a call's time goes
+    calls = runs[run_medians.index(statistics.median_low(run_medians))]
+    ms = sorted(float(c["seconds"]) * 1e3 for c in calls)
+
+    def median_ms(field: str) -> float:
+        return statistics.median(float(c[field]) * 1e3 for c in calls if c.get(field) is not None)
+
     # the steps' bursts of calls: a gap of more than a second between two calls starts the next
     bursts = [[calls[0]]]
     for prev, cur in itertools.pairwise(calls):
@@ -128,19 +139,21 @@ def in_run_rows(work: Path, env: dict) -> list[Row]:
         bursts[-1].append(cur)
     first = [float(c["seconds"]) for c in bursts[0]]
     per_step = ", ".join(f"{statistics.median(float(c['seconds']) for c in b) * 1e3:.0f}" for b in bursts)
+    found = statistics.median(run_medians)
     return [
         Row(
             "tool call inside an agent run (calculator over stdio; median, ms)",
-            statistics.median(ms),
+            found,
             target="<= 50 ms",
-            ok=statistics.median(ms) <= 50,
+            ok=found <= 50,
             unit="ms",
-            note=f"{len(ms)} calls in {STEPS} steps; mean {statistics.mean(ms):.1f} ms, "
+            note=f"median of {n} runs' medians ({', '.join(f'{m:.1f}' for m in run_medians)}); in the middle run: "
+            f"{len(ms)} calls in {STEPS} steps; mean {statistics.mean(ms):.1f} ms, "
             f"p90 {ms[int(0.9 * len(ms))]:.1f} ms; the first step's {len(first)} calls: "
-            f"mean {statistics.mean(first) * 1e3:.1f} ms; of a call, the server's request and answer over the open "
-            f"connection: median {statistics.median(server_ms):.1f} ms (the rest waits for the connection and for "
-            "the bridge's thread); calls per step arriving together: "
-            f"{[len(b) for b in bursts]}, median of each step's calls (ms): {per_step}",
+            f"mean {statistics.mean(first) * 1e3:.1f} ms; of a call (medians): the server's request and answer "
+            f"over the open connection {median_ms('server_seconds'):.1f} ms, the hop from the caller's loop to the "
+            f"bridge's {median_ms('hop_in_seconds'):.1f} ms and back {median_ms('hop_out_seconds'):.1f} ms; calls "
+            f"per step arriving together: {[len(b) for b in bursts]}, median of each step's calls (ms): {per_step}",
         )
     ]
 
@@ -195,7 +208,7 @@ def main() -> list[Row]:
         return rows
     if os.environ.get("BENCH_AGENTS_ONLY") == "in-run":  # the agent run alone
         with tempfile.TemporaryDirectory() as tmp:
-            rows = in_run_rows(Path(tmp), _setup(Path(tmp)))
+            rows = in_run_rows(Path(tmp), _setup(Path(tmp)), n)
         report("agents-in-run", rows)
         return rows
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,7 +218,7 @@ def main() -> list[Row]:
         print(f"  set-up (model init tiny-tools, data prep arith-tools): {time.perf_counter() - start:.0f}s")
         rows = eval_rows(work, env, n)
         rows += preflight_rows(work, env, n)
-        rows += in_run_rows(work, env)
+        rows += in_run_rows(work, env, n)
         rows += burst_rows(n)
     report("agents", rows)
     return rows

@@ -228,10 +228,11 @@ def test_a_shared_server_starts_when_a_worker_builds_its_tools_on_its_loop_and_n
         while not processes_running(tag):
             assert time.monotonic() < deadline, "the server was not started when the tool was built"
             await asyncio.sleep(0.1)
-        return (await _execute(tool, {}))[0].text
+        pid = (await _execute(tool, {}))[0].text
+        assert [p.pid for p in processes_running(tag)] == [int(pid)], "the call used the server started in advance"
 
-    pid = asyncio.run(worker())
-    assert [p.pid for p in processes_running(tag)] == [int(pid)], "the call used the server started in advance"
+    asyncio.run(worker())
+    assert not wait_gone(tag), "the server held by the worker's loop stops when that loop ends"
 
 
 CHILD = textwrap.dedent(
@@ -288,16 +289,26 @@ def _entries(servers, log_dir, **kwargs) -> dict:
     return {e["config"]["mcp_tool"]: e for e in tool_config(discover(servers), call_log_dir=log_dir, **kwargs)["tools"]}
 
 
-def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path):
+@pytest.mark.parametrize("built", ["outside a loop", "on the worker's loop"])
+def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path, built):
     """The call in flight gets an error result, the next call starts the server again, the call log marks that
-    call and the step's metrics count it."""
+    call and the step's metrics count it: through the bridge's thread (tools built outside a loop) and on the
+    loop that built the tools (verl's agent-loop worker: the connections live on that loop)."""
     from trainctl.runtime.tool_metrics import call_metrics
 
     tag = uuid.uuid4().hex
     entries = _entries(_servers(testing=probe_server_entry("--tag", tag)), tmp_path, timeout=20.0)
-    tools = {name: _tool(e["config"], e["tool_schema"]) for name, e in entries.items()}
+
+    def build():
+        return {name: _tool(e["config"], e["tool_schema"]) for name, e in entries.items()}
+
+    tools = build() if built == "outside a loop" else {}
 
     async def scenario():
+        tools.update(tools or build())
+        b = tools["pid"]._bridge()
+        assert b.home == (built != "outside a loop")
+        restarts = b.restarts.get("testing", 0)  # the process's bridge has served earlier tests
         first = int((await _execute(tools["pid"], {}))[0].text)
         in_flight = asyncio.ensure_future(_execute(tools["sleep"], {"seconds": 15}))
         await asyncio.sleep(0.5)
@@ -306,6 +317,9 @@ def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path):
         killed = await in_flight
         waited = time.perf_counter() - start
         again = await _execute(tools["pid"], {})
+        assert b.restarts.get("testing", 0) == restarts + 1
+        if b.home:  # the connection is the loop's own: the process's bridge thread holds none
+            assert b.open_keys() and not any(k in mb.bridge().open_keys() for k in b.open_keys())
         return first, killed, waited, again
 
     first, killed, waited, again = asyncio.run(scenario())
@@ -319,8 +333,12 @@ def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path):
         ("pid", False, True),
     ]
     assert call_metrics(log, 1)["tool/server_restarts"] == 1.0
-    assert mb.bridge().restarts.get("testing", 0) >= 1
-    asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
+    # where a call's time went: the server's part and the hops between the caller's loop and the bridge's
+    ok = log[0]
+    assert ok["seconds"] >= ok["server_seconds"] > 0 and ok["hop_in_seconds"] >= 0 and ok["hop_out_seconds"] >= 0
+    if built == "outside a loop":
+        asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
+    # on the worker's loop, the server stopped when that loop ended
     assert not wait_gone(tag)
 
 

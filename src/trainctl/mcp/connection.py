@@ -80,7 +80,10 @@ class Connection:
                 await self._closing.wait()
         except BaseException as e:  # the connection failed to open, or broke while open
             if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+                if isinstance(e, asyncio.CancelledError):
+                    ready.cancel()  # its loop is ending (asyncio.run's cleanup): nobody waits to be told why
+                else:
+                    ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
             else:
                 self.broken = explain(e, self.spec)
             if isinstance(e, asyncio.CancelledError):

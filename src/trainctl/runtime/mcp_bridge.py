@@ -15,9 +15,13 @@ in between get an error result at once, so a run never waits on a dead server. T
 is marked in the call log (`server_restart`), which the tool metrics count (tool/server_restarts).
 
 Why a thread with its own event loop: an MCP connection is a set of anyio tasks owned by the task that opened it
-(trainctl.mcp.connection), and verl calls tools from its own loop inside Ray actors (and from worker threads while
-it builds datasets). One long-lived loop per process owns every connection; callers on any loop or thread submit
-coroutines to it. stdio servers started here stop when the process exits (atexit; stdin closes on a kill).
+(trainctl.mcp.connection), and tools are called from loops that may end (`asyncio.run` in a command) and from
+threads without one. One long-lived loop per process owns those connections; callers on any loop or thread submit
+coroutines to it. The exception is verl's agent-loop worker: it builds its tools on the loop that then runs every
+trajectory for the life of the process, and MCPTool keeps its connections on that loop (`bridge(home)`), so a call
+crosses no thread: in a burst of calls each hop to a bridge thread and back waited for the GIL behind the worker's
+busy loop and its tokenizing threads. stdio servers started here stop when the process exits (atexit; stdin closes
+on a kill), or with the loop that holds them.
 
 verl names the tool class by dotted path in tools.yaml, and run folders keep theirs: resuming a run reads its
 tools.yaml, so `trainctl.runtime.mcp_bridge.MCPTool` must stay importable under this name.
@@ -71,8 +75,12 @@ class CallOutcome:
     server_restart: bool = False
     seconds: float = 0.0
     # of `seconds`, the request to the server and its answer over the open connection (the rest: waiting for the
-    # connection, the hop to the bridge's thread and back)
+    # connection, the hops between the caller's loop and the bridge's)
     server_seconds: float | None = None
+    # those hops: from the call to its start on the bridge's loop, and from the answer to the caller running again
+    # (both near 0 when the caller's loop is the bridge's; with a bridge thread, waits for the GIL and a busy loop)
+    hop_in_seconds: float | None = None
+    hop_out_seconds: float | None = None
 
 
 @dataclass
@@ -92,10 +100,13 @@ class _Down:
 class Bridge:
     """The process's MCP connections and the event loop thread that owns them (get one with `bridge()`)."""
 
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="trainctl-mcp-bridge", daemon=True)
-        self._thread.start()
+    def __init__(self, home: asyncio.AbstractEventLoop | None = None):
+        # home: a caller's own long-lived loop that owns the connections itself (no thread, see `bridge`)
+        self.home = home is not None
+        self.loop = home or asyncio.new_event_loop()
+        if not self.home:
+            self._thread = threading.Thread(target=self._run, name="trainctl-mcp-bridge", daemon=True)
+            self._thread.start()
         self._connections: dict[Any, Connection] = {}
         self._opening: dict[Any, asyncio.Future] = {}
         self._lost: set = set()  # keys whose connection went away: opening them again is a restart
@@ -115,7 +126,9 @@ class Bridge:
         return self.submit(coro).result(timeout)
 
     async def acall(self, coro):
-        """Run a coroutine on the bridge loop from async code on any other loop."""
+        """Run a coroutine on the bridge loop from async code on any loop (on the bridge's own: directly)."""
+        if asyncio.get_running_loop() is self.loop:
+            return await coro
         return await asyncio.wrap_future(self.submit(coro))
 
     # --- on the bridge loop ---
@@ -187,6 +200,11 @@ class Bridge:
         if self.closed:
             return
         self.closed = True
+        if self.home:  # a caller's loop: close what it holds while it still runs, never stop it
+            if self.loop.is_running() and not _on_loop(self.loop):
+                with contextlib.suppress(Exception):
+                    self.run(self.close_all(), timeout=CLOSE_TIMEOUT + 5)
+            return
         with contextlib.suppress(Exception):
             self.run(self.close_all(), timeout=CLOSE_TIMEOUT + 5)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -206,16 +224,38 @@ _BRIDGE_LOCK = threading.Lock()
 
 def _forget_after_fork() -> None:
     # a forked child (a data-loader worker) inherits the bridge object but not its thread: start afresh if needed
-    global _BRIDGE, _BRIDGE_LOCK
-    _BRIDGE, _BRIDGE_LOCK = None, threading.Lock()
+    global _BRIDGE, _BRIDGE_LOCK, _HOME_BRIDGES
+    _BRIDGE, _BRIDGE_LOCK, _HOME_BRIDGES = None, threading.Lock(), weakref.WeakKeyDictionary()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def bridge() -> Bridge:
-    """This process's bridge, started on first use; its servers stop when the process exits (atexit)."""
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+_HOME_BRIDGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def bridge(home: asyncio.AbstractEventLoop | None = None) -> Bridge:
+    """This process's bridge, started on first use; its servers stop when the process exits (atexit).
+
+    With `home`, the bridge of that event loop instead: its connections live on the loop itself, so calls made on
+    it cross no thread. verl's agent-loop worker runs every trajectory on one loop for the life of the process; a
+    call that hops to a bridge thread and back there waits twice for the GIL behind that busy loop (a burst of
+    calls queued up to ~40 ms per call on 2 cores: benchmarks/bench_agents.py)."""
     global _BRIDGE
+    if home is not None:
+        with _BRIDGE_LOCK:
+            b = _HOME_BRIDGES.get(home)
+            if b is None or b.closed:
+                b = _HOME_BRIDGES[home] = Bridge(home)
+                atexit.register(b.shutdown)
+            return b
     with _BRIDGE_LOCK:
         if _BRIDGE is None or _BRIDGE.closed:
             _BRIDGE = Bridge()
@@ -253,13 +293,16 @@ async def call(
     timeout: float = DEFAULT_CALL_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     key: Any = None,
+    home: asyncio.AbstractEventLoop | None = None,
 ) -> CallOutcome:
     """call_tool, with whether this call brought its server back and how long the call itself took (the server's
     start or connection not counted). Raises ToolCallError as call_tool does."""
-    b = bridge()
+    b = bridge(home)
     key = key if key is not None else ("shared", spec)
+    called = time.perf_counter()
 
     async def on_bridge() -> CallOutcome:
+        hop_in = time.perf_counter() - called
         try:
             conn = await b.connection(key, spec, connect_timeout)
         except ToolCallError:
@@ -280,14 +323,17 @@ async def call(
                 await b.lost(key)  # the next call starts the server again (stdio) or reconnects
             raise ToolCallError(reason) from None
         text, is_error = result_text(result)
-        seconds = time.perf_counter() - start
-        return CallOutcome(text, is_error, restarted, seconds, seconds)
+        answered = time.perf_counter()
+        return CallOutcome(text, is_error, restarted, answered - start, answered - start, hop_in, answered)
 
     # the outer bound covers a bridge that cannot even start the call (a wedged connection)
     try:
-        return await asyncio.wait_for(b.acall(on_bridge()), timeout + connect_timeout + 5)
+        outcome = await asyncio.wait_for(b.acall(on_bridge()), timeout + connect_timeout + 5)
     except TimeoutError:
         raise ToolCallError(f"the call to {tool!r} timed out after {timeout:g} s") from None
+    # on_bridge left the time of the answer there (one clock: perf_counter is process-wide)
+    outcome.hop_out_seconds = time.perf_counter() - outcome.hop_out_seconds
+    return outcome
 
 
 async def model_answer(
@@ -298,18 +344,28 @@ async def model_answer(
     timeout: float = DEFAULT_CALL_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     key: Any = None,
+    home: asyncio.AbstractEventLoop | None = None,
 ) -> CallOutcome:
     """What the model reads for one call, as MCPTool answers verl: the server's text, an error text for an error
     result or for no result at all (never raises, but for cancellation). `seconds` is the whole call as the caller
     waited for it."""
     start = time.perf_counter()
-    restarted, server_seconds = False, None
+    restarted, server_seconds, hops = False, None, (None, None)
     try:
         if not isinstance(arguments, dict):
             raise ToolCallError(f"arguments must be a JSON object, not {type(arguments).__name__}")
-        outcome = await call(spec, tool, arguments, timeout=timeout, connect_timeout=connect_timeout, key=key)
+        outcome = await call(
+            spec,
+            tool,
+            arguments,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            key=key,
+            home=home,
+        )
         text, error, restarted = outcome.text, outcome.is_error, outcome.server_restart
         server_seconds = outcome.server_seconds
+        hops = outcome.hop_in_seconds, outcome.hop_out_seconds
         if error:
             text = error_text(text)
     except asyncio.CancelledError:
@@ -318,7 +374,7 @@ async def model_answer(
         text, error = error_text(str(e)), True
     except Exception as e:  # anything else is a bug here or in the SDK: the model still gets an answer
         text, error = error_text(f"the call to {tool!r} failed: {type(e).__name__}: {e}"), True
-    return CallOutcome(text, bool(error), restarted, time.perf_counter() - start, server_seconds)
+    return CallOutcome(text, bool(error), restarted, time.perf_counter() - start, server_seconds, *hops)
 
 
 @functools.cache
@@ -378,10 +434,23 @@ def _mcp_tool_class():
             self._spec: ServerSpec | None = None
             self._instances: dict[str, dict] = {}
             self._trajectories: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+            # verl's agent-loop worker builds its tools on the loop that runs its trajectories: calls made on that
+            # loop keep their connections there (bridge(home))
+            try:
+                self._home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                self._home = None
             self._warm()
 
+        def _home_now(self) -> asyncio.AbstractEventLoop | None:
+            """The tools' home loop when this runs on it (verl's worker), else None (the process's bridge)."""
+            return self._home if self._home is not None and _on_loop(self._home) else None
+
+        def _bridge(self) -> Bridge:
+            return bridge(self._home_now())
+
         def _warm(self) -> None:
-            """Start connecting now, in the bridge's thread: verl builds its tools when an agent-loop worker starts,
+            """Start connecting now, on the bridge's loop: verl builds its tools when an agent-loop worker starts,
             long before the first rollout, so no trajectory waits for a stdio server's start-up (~1.7 s on 2 cores:
             the first step's calls all waited for it). A server that fails to start fails the first call instead.
             Only where an event loop runs: the worker builds its tools on its loop, while verl's trainer builds them
@@ -392,7 +461,7 @@ def _mcp_tool_class():
                 spec = self.spec()
             except ToolCallError:
                 return  # the first call says why
-            b = bridge()
+            b = self._bridge()
             key = ("shared", spec)
             if key in b.open_keys():
                 return
@@ -419,7 +488,7 @@ def _mcp_tool_class():
             if key not in self._trajectories and agent_data is not None:
                 # the trajectory's state object goes away when verl finishes the trajectory: close its session then
                 self._trajectories[key] = agent_data
-                b = bridge()
+                b = self._bridge()
                 weakref.finalize(agent_data, lambda: b.closed or b.submit(b.close_key(key)))
             return key
 
@@ -439,6 +508,7 @@ def _mcp_tool_class():
                     timeout=self.timeout,
                     connect_timeout=self.connect_timeout,
                     key=self._key(spec, instance_id, agent_data),
+                    home=self._home_now(),
                 )
             if self.log is not None:
                 record = {
@@ -453,6 +523,8 @@ def _mcp_tool_class():
                 }
                 if outcome.server_seconds is not None:
                     record["server_seconds"] = round(outcome.server_seconds, 6)
+                    record["hop_in_seconds"] = round(outcome.hop_in_seconds, 6)
+                    record["hop_out_seconds"] = round(outcome.hop_out_seconds, 6)
                 if outcome.server_restart:
                     record["server_restart"] = True
                 self.log.write(record)
@@ -467,7 +539,7 @@ def _mcp_tool_class():
             self._instances.pop(instance_id, None)
             if self.session == "trajectory" and self._spec is not None:
                 key = ("instance", self._spec, instance_id)
-                b = bridge()
+                b = self._bridge()
                 if key in b.open_keys():
                     await b.acall(b.close_key(key))
 
