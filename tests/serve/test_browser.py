@@ -123,8 +123,10 @@ def test_a_run_page_draws_its_charts(site, grpo_run, tmp_path):
     assert charts[:2] == ["critic/score/mean", "actor/kl_loss"]
     drawn = _curve_pixels(page, ".chart[data-metric='critic/score/mean']")
     assert drawn and drawn[0] > 50, f"no curve on the reward chart ({drawn} pixels of its colour)"
-    assert page.locator("#attempts tbody tr").count() == 1
-    assert page.inner_text("#status") == "done" and page.inner_text("#steps") == f"{GRPO_STEPS}/{GRPO_STEPS}"
+    # the run's details arrive with their own request, after the charts': expect() waits for them
+    expect(page.locator("#attempts tbody tr")).to_have_count(1)
+    expect(page.locator("#status")).to_have_text("done")
+    expect(page.locator("#steps")).to_have_text(f"{GRPO_STEPS}/{GRPO_STEPS}")
     page.locator("details").first.evaluate("d => d.open = true")
     assert "algorithm:" in page.inner_text("#cfg-trainctl")
     _shot(page, "run", tmp_path)

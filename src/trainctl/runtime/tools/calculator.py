@@ -125,7 +125,7 @@ def build_server(log_path: str | None = None):
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
     @server.tool(name=NAME, description=DESCRIPTION, annotations=read_only, structured_output=False)
-    def calculator(expression: Annotated[str, Field(description=EXPRESSION_HELP, examples=[EXAMPLE])]) -> str:
+    async def calculator(expression: Annotated[str, Field(description=EXPRESSION_HELP, examples=[EXAMPLE])]) -> str:
         record = {"pid": os.getpid(), "time": time.time(), "expression": expression}
         try:
             result = calculate(expression)
