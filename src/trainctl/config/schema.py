@@ -259,6 +259,10 @@ class Hardware:
         "attention kernel (null: the model's default, flash_attention_2)"
     )
     torch_compile: bool = opt("compile the model with torch.compile", True)
+    remove_padding: bool | None = opt(
+        "pack each micro-batch into one sequence with no padding (verl's use_remove_padding; pays off with flash "
+        "attention's variable-length kernels; null keeps verl's default, yes)"
+    )
     param_dtype: Literal["bf16", "fp16", "fp32"] | None = opt(
         "precision FSDP computes in (its mixed precision's param_dtype); null keeps verl's default, bf16"
     )
