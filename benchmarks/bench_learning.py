@@ -8,6 +8,12 @@ learning test compares, tests/launch/test_faults.py) and the final reward.
 With BENCH_LEARNING_ALL=1 also, per seed: SFT (`recipe=quickstart`: val/loss at the first and last validation, the
 format share of greedy answers before and after) and DPO (16 steps, held-out accuracy and margin before and after):
 the run-to-run noise the learning tests' margins are set against (tests/launch/test_learning.py).
+
+With BENCH_LEARNING_AGENT=1 also, per seed: tiny-tools' warm start with that seed (`model init tiny-tools --seed`:
+its steps and time), then the agent recipe from it (its time and median step) and what the agent learning test
+compares: the share of training trajectories with a call the calculator answered, steps 1-3 -> 8-10, and the sampled
+eval of the test split (64 prompts x 4) before -> after: reward and the share of trajectories with a call.
+BENCH_LEARNING_AGENT=only runs these alone (no GRPO runs).
 """
 
 from __future__ import annotations
@@ -125,13 +131,57 @@ def dpo(home: Path, work: Path, seed: int) -> dict:
     return {"seed": seed, **{k: (v[0], v[-1]) for k, v in series.items()}}
 
 
+def _eval(home: Path, work: Path, model: str, out: Path, *extra: str) -> dict:
+    subprocess.run(
+        [TRAINCTL, "eval", model, *extra, "n=4", "temperature=1.0", "--out", str(out)],
+        env=_env(home), cwd=work, check=True, capture_output=True,
+    )  # fmt: skip
+    (record,) = _records(out / "metrics.jsonl").values()
+    return {k: record[f"eval/arith-tools/{k}"] for k in ("reward", "tool/trajectories_with_calls")}
+
+
+def agent(home: Path, work: Path, seed: int) -> dict:
+    from trainctl.runtime.rewards.arith_tools import RESULT
+
+    name = f"agent-{seed}"
+    start = time.perf_counter()
+    subprocess.run(
+        [TRAINCTL, "model", "init", "tiny-tools", "--force", "--seed", str(seed)],
+        env=_env(home), cwd=work, check=True, capture_output=True,
+    )  # fmt: skip
+    warm_s = time.perf_counter() - start
+    warm = json.loads((home / "models" / "tiny-tools" / "trainctl-model.json").read_text())["warm_start"]
+    before = _eval(home, work, "tiny-tools", work / f"{name}-base", "data=arith-tools", "tools=calculator",
+                   "reward=arith-tools")  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(
+        [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.name={name}"],
+        env=_env(home), cwd=work, check=True, capture_output=True,
+    )  # fmt: skip
+    run_s = time.perf_counter() - start
+    run = work / "runs" / name
+    called = []
+    for step in range(1, 11):
+        samples = [json.loads(line) for line in (run / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        answered = [[r for r in RESULT.findall(s["output"]) if r and not r.startswith("Error")] for s in samples]
+        called.append(sum(map(bool, answered)) / len(samples))
+    steps = [r["timing_s/step"] for r in _records(run / "metrics" / "attempt-1.jsonl").values() if "timing_s/step" in r]
+    after = _eval(home, work, f"runs/{name}", work / f"{name}-last")
+    return {
+        "seed": seed, "warm_steps": warm["steps"], "warm_s": warm_s, "run_s": run_s,
+        "step_s": statistics.median(steps), "called": (statistics.mean(called[:3]), statistics.mean(called[-3:])),
+        "before": before, "after": after,
+    }  # fmt: skip
+
+
 def main() -> list[Row]:
     n = reps(3)
     with tempfile.TemporaryDirectory(prefix="trainctl-bench-learning-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         work.mkdir(parents=True)
         _setup(home, work)
-        runs = [grpo(home, work, seed) for seed in range(n)]
+        only_agent = os.environ.get("BENCH_LEARNING_AGENT") == "only"
+        runs = [] if only_agent else [grpo(home, work, seed) for seed in range(n)]
         for r in runs:
             print(
                 f"  GRPO seed {r['seed']}: reward {r['first3']:.3f} (steps 1-3) -> {r['steps10_12']:.3f} (10-12) -> "
@@ -139,6 +189,15 @@ def main() -> list[Row]:
                 + (f"{r['to_target_s']:.0f} s" if r["to_target_s"] is not None else "never")
                 + f"; whole run {r['wall_s']:.0f} s"
             )
+        if os.environ.get("BENCH_LEARNING_AGENT"):
+            subprocess.run([TRAINCTL, "data", "prep", "arith-tools"], env=_env(home), cwd=work, check=True,
+                           capture_output=True)  # fmt: skip
+            for r in (agent(home, work, seed) for seed in range(n)):
+                b, a, key = r["before"], r["after"], "tool/trajectories_with_calls"
+                print(f"  agent seed {r['seed']}: warm start {r['warm_steps']} steps in {r['warm_s']:.0f} s; the "
+                      f"recipe in {r['run_s']:.0f} s ({r['step_s']:.1f} s a step); trajectories with an answered "
+                      f"call, steps 1-3 -> 8-10: {r['called'][0]:.2f} -> {r['called'][1]:.2f}; eval reward "
+                      f"{b['reward']:.2f} -> {a['reward']:.2f}, with a call {b[key]:.2f} -> {a[key]:.2f}")  # fmt: skip
         if os.environ.get("BENCH_LEARNING_ALL"):
             for r in (sft(home, work, seed) for seed in range(n)):
                 print(f"  SFT seed {r['seed']}: val/loss {r['val_loss'][0]:.3f} -> {r['val_loss'][1]:.3f}; "
@@ -147,6 +206,8 @@ def main() -> list[Row]:
                 acc, margin = r["eval/rewards/accuracies"], r["eval/rewards/margins"]
                 print(f"  DPO seed {r['seed']}: held-out accuracy {acc[0]:.2f} -> {acc[1]:.2f}; "
                       f"margin {margin[0]:.3f} -> {margin[1]:.3f}")  # fmt: skip
+    if not runs:
+        return []
     reached = [r["to_target_s"] for r in runs if r["to_target_s"] is not None]
     rows = [
         Row(

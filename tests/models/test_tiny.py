@@ -77,3 +77,47 @@ def test_a_warm_start_that_misses_its_target_stops_at_the_cap(tiny_model_dir, tm
     assert (warm.calls_right, warm.answers_right, warm.calls_greedy) == (0, 0, 0), "3 steps teach no calls"
     assert 0 <= warm.call_share < 0.5
     assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_the_warm_starts_shared_prefix_is_the_full_forward_pass_of_every_row(tiny_model_dir):
+    """The warm start computes the rows' shared prefix once a step (tool_warm_start.prefixed_loss): its loss and
+    gradients are those of the full rows, each through the model on its own, to fp32 rounding."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainctl.data.tools import arith_rows
+    from trainctl.models.tool_warm_start import direct, encode, prefixed_loss, shared_prefix
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    pick = random.Random(1)
+    rows = [direct(r) if pick.random() < 0.4 else r for r in arith_rows("tool_sft", "warmup", 6, 0)]
+    encoded = [encode(tok, r) for r in rows]
+    assert len({len(ids) for ids, _ in encoded}) > 1, "rows of different lengths: padding is exercised"
+    prefix = shared_prefix(encoded)
+    assert len(prefix) > 50 and all(ids[: len(prefix)] == prefix for ids, _ in encoded)
+    width = max(len(ids) for ids, _ in encoded)
+    full_ids = torch.full((len(encoded), width), tok.pad_token_id)
+    full_mask = torch.zeros(full_ids.shape)
+    for i, (ids, mask) in enumerate(encoded):
+        full_ids[i, : len(ids)], full_mask[i, : len(ids)] = torch.tensor(ids), torch.tensor(mask, dtype=torch.float)
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa", dtype=torch.float32)
+    # each row alone, whole: no padding, no sharing
+    losses = []
+    for ids, mask in encoded:
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+        nll = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]), reduction="none")
+        losses.append(nll * torch.tensor(mask[1:], dtype=torch.float))
+    want = torch.cat(losses).sum() / full_mask[:, 1:].sum()
+    want.backward()
+    want_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    got = prefixed_loss(model, torch.tensor([prefix]), full_ids[:, len(prefix) :], full_mask[:, len(prefix) :])
+    got.backward()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (float(got), float(want))
+    for (name, p), grad in zip(model.named_parameters(), want_grads, strict=True):
+        assert torch.allclose(p.grad, grad, rtol=1e-4, atol=1e-6), name

@@ -263,7 +263,8 @@ Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
   trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
-  trainctl model init tiny-tools           tiny, warm-started to call the calculator (3-6 min): tools=calculator
+  trainctl model init tiny-tools           tiny, warm-started to call the calculator (1-3 min): tools=calculator
+  trainctl model init tiny-tools --force --seed 1   another warm start
 """
 )
 def init(
@@ -272,6 +273,9 @@ def init(
         Path | None, typer.Option("--out", help="where to write it (default: the model group's path)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if it is already there")] = False,
+    seed: Annotated[
+        int, typer.Option("--seed", help="tiny-tools: the warm start's seed (its demonstrations' order, the picks)")
+    ] = 0,
 ) -> None:
     """Build a tiny local model (tokenizer and random Qwen2 weights): tiny, the one the demo and the tests train, or
     tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm), or tiny-tools, tiny after a short
@@ -292,7 +296,7 @@ def init(
         from trainctl.models.tool_warm_start import MAX_STEPS
 
         with progress_bar("warm start (stops once it calls the calculator right)", MAX_STEPS) as progress:
-            path = init_tiny(target, force=force, name=name, progress=progress)
+            path = init_tiny(target, force=force, name=name, progress=progress, seed=seed)
     else:
         path = init_tiny(target, force=force, name=name)
     what = {"tiny-rm": "tiny reward model", "tiny-tools": "tiny tool-calling model"}.get(name, "tiny model")

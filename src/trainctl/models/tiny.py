@@ -194,10 +194,10 @@ def fetch_command(name: str) -> str:
     return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
-def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None) -> Path:
+def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None, seed: int = 0) -> Path:
     """Write a tiny model (`tiny`, the reward model `tiny-rm`, or `tiny-tools`) to `out` (built in a temporary folder,
-    then renamed into place). `progress(n)` is told of each warm-start step of tiny-tools; how its warm start ended
-    goes into `trainctl-model.json`."""
+    then renamed into place). `progress(n)` is told of each warm-start step of tiny-tools, whose warm start `seed`
+    seeds; how it ended goes into `trainctl-model.json`."""
     out = Path(out).expanduser()
     if (out / "config.json").is_file() and not force:
         return out
@@ -219,9 +219,9 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None)
         base = tmp.with_name(f".{out.name}.base")
         shutil.rmtree(base, ignore_errors=True)
         tmp.rename(base)
-        warm = init_tiny_tools(base, tmp, progress=progress)
+        warm = init_tiny_tools(base, tmp, seed=seed, progress=progress)
         shutil.rmtree(base)
-        record["warm_start"] = dataclasses.asdict(warm)
+        record["warm_start"] = {**dataclasses.asdict(warm), "seed": seed}
     atomic_write_text(tmp / "trainctl-model.json", json.dumps(record) + "\n")
     if out.exists():
         shutil.rmtree(out)
