@@ -59,8 +59,14 @@ browser: ## install Debian's chromium for the browser tests (root with apt-get; 
 	fi
 
 .PHONY: test-slow
-test-slow: $(STAMP) ## run the slow tests too
+test-slow: $(STAMP) browser ## run the slow tests too (the whole suite but the GPU tests)
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+# The slow tests alone: the trainings `make test` leaves out to stay short (Ray jobs, the reward-model and
+# judge runs, resumes, faults, every PPO-family algorithm, the README's trainings for real). CI runs `make test` alone.
+.PHONY: test-slow-only
+test-slow-only: $(STAMP) browser ## run only the slow tests (what `make test` leaves out)
+	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU extra pins what verl[vllm]==0.9.1 pins (vLLM 0.24, torch 2.11); it gets its own environment so that the
 # CPU one keeps its torch. On a machine without internet, carry the wheels instead (see tests/gpu/README.md).

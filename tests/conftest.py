@@ -21,7 +21,7 @@ from tests.shared import once
 # 13.6-15.5. Set here, before pytest-xdist starts its workers, so that they and all they start inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# real training runs shared by the session (sft_run, grpo_run, dpo_run, wandb_run, ...)
+# real training runs shared by the session (sft_run, grpo_run, dpo_run, agent_run, ...)
 pytest_plugins = ["tests.real_runs"]
 
 # pytest-xdist hands whole files to its workers in collection order (pyproject's --no-loadscope-reorder keeps ours;
@@ -33,9 +33,9 @@ HEAVY_FIRST = (
     # the longest session run (tiny-tools' warm start, then 10 agent steps): one worker's first
     "tests/launch/test_agent_grpo.py",
     "tests/launch/test_faults.py",  # (slow suite) the longest test there: a GRPO run in four attempts
-    "tests/launch/test_reward.py",  # the reward-model and judge runs
+    "tests/eval/test_eval.py",  # the GRPO run: the other worker's first
+    "tests/launch/test_reward.py",  # (slow suite) the reward-model and judge runs
     "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
-    "tests/eval/test_eval.py",  # the GRPO run
     "tests/launch/test_ray_jobs.py",
     "tests/test_readme_tour.py",
     "tests/launch/test_lora.py",

@@ -1,8 +1,9 @@
 """Real CPU training runs made once per session and shared by every test that reads them (each costs 20-100 s).
 
 Each is started the way a user starts one: `python -m trainctl train ...` in a fresh working directory (which must
-hold only runs/ afterwards), SFT and GRPO under a pseudo-terminal (the live view draws), DPO and the wandb run with
-stdout a pipe (plain progress lines). Tests read the run folders; they must not change them (copy what they damage).
+hold only runs/ afterwards), SFT and GRPO under a pseudo-terminal (the live view draws), DPO and the two-process SFT
+run with stdout a pipe (plain progress lines). Tests read the run folders; they must not change them (copy what they
+damage).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ FAST_RL = [
     "recipe=grpo-arith-tiny-cpu", "run.max_steps=2", "reward=fn", f"reward.fn={REWARD}:compute_score",
     "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-4",
 ]  # fmt: skip
+# the session's SFT run: `trainctl train recipe=quickstart` as the README shows it (3 epochs of 16 steps, validation
+# after each), with a checkpoint after each epoch too
+SFT_STEPS = 48
+SFT_EVERY = 16
 # the session's GRPO run: the recipe as shipped (reward=arith, lr 1e-2, 8 samples per prompt), GRPO_STEPS steps, a
 # checkpoint and verl's validation every GRPO_EVERY
 GRPO_STEPS = 12
@@ -134,9 +139,12 @@ def shared_train(tmp_path_factory, home: Home, name: str, *args: str, **kwargs) 
 
 @pytest.fixture(scope="session")
 def sft_run(real_home, tmp_path_factory) -> RealRun:
-    """verl SFT, 4 steps, checkpoints and validation at 2 and 4, logger=console, in a terminal (the live view)."""
+    """verl SFT: `trainctl train recipe=quickstart` (SFT_STEPS steps, validation every SFT_EVERY) with a checkpoint
+    every SFT_EVERY, logger=console, in a terminal (the live view). Issue 29's SFT learning run
+    (tests/launch/test_learning.py), the checkpoints the ckpt tests read, the run the README tour's SFT commands
+    find."""
     return shared_train(
-        tmp_path_factory, real_home, "sft", *FAST_SFT, "run.save_every=2", "run.val_every=2", "logger=console",
+        tmp_path_factory, real_home, "sft", "recipe=quickstart", f"run.save_every={SFT_EVERY}", "logger=console",
         terminal=True,
     )  # fmt: skip
 
@@ -170,18 +178,12 @@ def dpo_run(real_home, tmp_path_factory) -> RealRun:
 
 
 @pytest.fixture(scope="session")
-def quickstart_run(real_home, tmp_path_factory) -> RealRun:
-    """`trainctl train recipe=quickstart` as the README shows it: 48 steps, validation every 16 (the SFT learning
-    test's run); stdout a pipe."""
-    return shared_train(tmp_path_factory, real_home, "quickstart", "recipe=quickstart", TRAINCTL_PROGRESS_EVERY="0")
-
-
-@pytest.fixture(scope="session")
 def sft_ws2_run(real_home, tmp_path_factory) -> RealRun:
-    """verl SFT as sft_run but with two processes (world size 2): sharded checkpoints at 2 and 4; stdout a pipe."""
+    """verl SFT with two processes (world size 2), 4 steps: sharded checkpoints and validation at 2 and 4, logged to
+    wandb (offline) and TensorBoard besides the run folder; stdout a pipe (plain progress lines)."""
     return shared_train(
         tmp_path_factory, real_home, "sft-ws2", *FAST_SFT, "hardware.gpus_per_node=2", "run.save_every=2",
-        "run.val_every=2",
+        "run.val_every=2", "logger=[wandb,tensorboard]", TRAINCTL_PROGRESS_EVERY="0",
     )  # fmt: skip
 
 
@@ -211,15 +213,6 @@ def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
         )  # fmt: skip
 
     return once(tmp_path_factory, "agent-run", make)
-
-
-@pytest.fixture(scope="session")
-def wandb_run(real_home, tmp_path_factory) -> RealRun:
-    """verl SFT, 3 steps, logged to wandb (offline) and TensorBoard besides the run folder; stdout a pipe."""
-    return shared_train(
-        tmp_path_factory, real_home, "wb", *FAST_SFT, "run.max_steps=3", "logger=[wandb,tensorboard]",
-        TRAINCTL_PROGRESS_EVERY="0",
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.real_runs import SFT_STEPS
+
 
 @pytest.fixture(scope="session")
 def made(tmp_path_factory, tiny_model_dir, arith_data_dir) -> Path:
@@ -20,10 +22,14 @@ def made(tmp_path_factory, tiny_model_dir, arith_data_dir) -> Path:
     return root
 
 
+# world size -> the last step of the session's SFT run of that world size (each saves a checkpoint there)
+LAST = {1: SFT_STEPS, 2: 4}
+
+
 @pytest.fixture(scope="session")
 def sft_runs(sft_run, sft_ws2_run) -> dict[int, Path]:
-    """world size -> a verl SFT run folder with global_step_2 and global_step_4: the session's shared SFT runs
-    (tests/real_runs.py)."""
+    """world size -> a verl SFT run folder: the session's shared SFT runs (tests/real_runs.py), with checkpoints
+    every SFT_EVERY steps to SFT_STEPS (world size 1) and at steps 2 and 4 (world size 2)."""
     return {1: sft_run.path, 2: sft_ws2_run.path}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+from tests.real_runs import SFT_EVERY, SFT_STEPS
 from trainctl.ckpt.layout import list_checkpoints
 
 
@@ -17,7 +18,7 @@ def test_ls_a_verl_sft_run(cli, sft_runs):
     assert "4 *" in row4 and " * " not in row2.split("verl-fsdp")[0], "only the latest is starred"
     assert "val/loss=" in row2 and "train/loss=" in row4
     listing = list_checkpoints(sft_runs[1])
-    assert [c.step for c in listing.checkpoints] == [2, 4]
+    assert [c.step for c in listing.checkpoints] == list(range(SFT_EVERY, SFT_STEPS + 1, SFT_EVERY))
     assert listing.checkpoints[0].part().world_size == 1
     assert listing.checkpoints[1].metrics["val/loss"] < listing.checkpoints[0].metrics["train/loss"] + 10
 
@@ -64,8 +65,8 @@ class _Boom:
 
 
 def test_show_never_unpickles_code(cli, sft_runs, tmp_path):
-    step = tmp_path / "global_step_4"
-    shutil.copytree(sft_runs[1] / "checkpoints" / "global_step_4", step)
+    step = tmp_path / f"global_step_{SFT_STEPS}"
+    shutil.copytree(sft_runs[1] / "checkpoints" / f"global_step_{SFT_STEPS}", step)
     shard = step / "model_world_size_1_rank_0.pt"
     import torch
 
@@ -78,7 +79,7 @@ def test_show_never_unpickles_code(cli, sft_runs, tmp_path):
 
 def test_best_and_prune(cli, sft_runs, tmp_path):
     run = tmp_path / "run"
-    shutil.copytree(sft_runs[1], run)
+    shutil.copytree(sft_runs[2], run)  # checkpoints and validation at 2 and 4
     result = cli("ckpt", "best", str(run), "--metric", "val/loss")
     assert result.exit_code == 0, result.output
     metrics = {c.step: c.metrics["val/loss"] for c in list_checkpoints(run).checkpoints}

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.ckpt.conftest import make_adapter
+from tests.ckpt.conftest import LAST, make_adapter
 from trainctl.ckpt.layout import list_checkpoints
 
 
@@ -54,7 +54,7 @@ def test_merge_fsdp_shards(world, cli, sft_runs, tmp_path):
         p.name for p in out.iterdir()
     }
     assert not list(tmp_path.glob(".merged.partial-*"))
-    expected = _full_from_shards(sft_runs[world] / "checkpoints" / "global_step_4", world)
+    expected = _full_from_shards(sft_runs[world] / "checkpoints" / f"global_step_{LAST[world]}", world)
     model, _ = _load(out)
     got = model.state_dict()
     for k, v in expected.items():

@@ -125,6 +125,7 @@ def test_serve_answers_what_eval_scored_and_requires_its_token(tiny_model, arith
     assert token not in server.output
 
 
+@pytest.mark.slow  # reads the reward-model run (tests/launch/test_reward.py, slow)
 def test_serve_a_lora_grpo_checkpoint_merged_into_the_cache(model_run, monkeypatch, tmp_path):  # noqa: F811
     from openai import OpenAI
 

@@ -9,10 +9,14 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.launch.conftest import FAST_SFT
 
 
+# slow (half a minute of real verl): every ending of a supervised run, Ctrl-C included, is in the default suite with a
+# stand-in trainer and its children (tests/launchers/test_local.py); CI runs both suites (.ci/run)
+@pytest.mark.slow
 def test_interrupt_leaves_no_processes(ready, tmp_path, cli):
     env = dict(os.environ)
     proc = subprocess.Popen(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.learning import assert_learned, moved
-from tests.real_runs import AGENT_STEPS, FAST_DPO, GRPO_STEPS
+from tests.real_runs import AGENT_STEPS, FAST_DPO, GRPO_STEPS, SFT_STEPS
 from trainctl.metrics import held_out, series
 from trainctl.runtime.rewards.arith_tools import RESULT
 
@@ -23,23 +23,23 @@ DPO_ACCURACY_GAIN = 0.5
 DPO_MARGIN_GAIN = 0.3
 
 
-# SFT (the quickstart recipe, 48 steps): the held-out loss (4.40 -> 2.51) and the share of greedy answers in gsm8k's
-# `#### N` form (0 -> 0.97, eval of the base model and the last checkpoint). On CPU these runs are deterministic: verl
-# 0.9.1's SFT trainer never reads trainer.seed (its DistributedSampler shuffles with seed 0), so seeds 0-2 gave the
-# same figures; the margins are half the measured change
+# SFT (the quickstart recipe, 48 steps: the session's SFT run): the held-out loss (4.40 -> 2.51) and the share of
+# greedy answers in gsm8k's `#### N` form (0 -> 0.97, eval of the base model and the last checkpoint). On CPU these
+# runs are deterministic: verl 0.9.1's SFT trainer never reads trainer.seed (its DistributedSampler shuffles with
+# seed 0), so seeds 0-2 gave the same figures; the margins are half the measured change
 SFT_VAL_LOSS_DROP = 0.5
 SFT_FORMAT_GAIN = 0.5
 
 
-def test_the_quickstart_learns_the_answer_format(cli, quickstart_run, arith_data, tmp_path):
-    run = tmp_path / "work" / "runs" / "quickstart"
-    shutil.copytree(quickstart_run.path, run)  # eval writes into the run folder
+def test_the_quickstart_learns_the_answer_format(cli, sft_run, arith_data, tmp_path):
+    run = tmp_path / "work" / "runs" / "sft"
+    shutil.copytree(sft_run.path, run)  # eval writes into the run folder
     assert_learned(run, "val/loss", SFT_VAL_LOSS_DROP, lower=True)
-    result = cli("eval", "runs/quickstart", "--each-checkpoint")
+    result = cli("eval", "runs/sft", "--each-checkpoint")
     assert result.exit_code == 0, result.output
     assert "SFT runs train on fixed targets; scoring its data's RL form" in result.stderr
     assert_learned(run, "eval/arith/format", SFT_FORMAT_GAIN)
-    shown = cli("runs", "show", "quickstart")
+    shown = cli("runs", "show", "sft")
     assert "Held-out, before -> after:" in shown.stdout and "  eval/arith/format 0 -> " in shown.stdout
 
 
@@ -100,10 +100,13 @@ def test_grpo_moves_a_simple_reward_of_the_users_own(function, cli, ready, tmp_p
 # and 2: the share of training trajectories with a call the calculator answered, steps 1-3 -> 8-10, 0.72 -> 0.94,
 # 0.66 -> 0.89, 0.75 -> 0.92; eval of the sampled policy on the test split (64 prompts x 4, temperature 1), before ->
 # after: the reward 0.47 -> 0.64, 0.44 -> 0.69, 0.42 -> 0.65, the share of trajectories with a call 0.63 -> 0.95,
-# 0.57 -> 0.94, 0.65 -> 0.92. The margins are about half the smallest gain. (The training reward barely moves: each
-# step's 8 questions differ in how hard their answers are to copy more than the calls change it.)
+# 0.57 -> 0.94, 0.65 -> 0.92. The call shares' margins are about half the smallest gain. The eval reward varies more
+# from run to run of the same warm start (verl's agent loop interleaves trajectories as the machine's load has it):
+# seed 0 on a quiet machine 0.37 -> 0.56, in the suite 0.43 -> 0.51; its margin only guards against calls that stop
+# paying. (The training reward barely moves: each step's 8 questions differ in how hard their answers are to copy
+# more than the calls change it.)
 AGENT_CALLED_GAIN = 0.08
-AGENT_EVAL_REWARD_GAIN = 0.08
+AGENT_EVAL_REWARD_GAIN = 0.04
 AGENT_EVAL_CALLED_GAIN = 0.12
 
 
@@ -169,12 +172,12 @@ def test_dpo_from_an_sft_run_records_its_lineage(cli, ready, sft_run, tmp_path):
     result = cli("train", *FAST_DPO, "model=runs/sft", "run.max_steps=2", "run.name=dpo-after-sft")
     assert result.exit_code == 0, result.output
     lineage = json.loads((runs / "dpo-after-sft" / "lock.json").read_text())["lineage"]
-    assert lineage["run"] == str(runs / "sft") and lineage["step"] == 4 and lineage["base"] == "tiny"
-    assert lineage["checkpoint"] == str(runs / "sft" / "checkpoints" / "global_step_4")
+    assert lineage["run"] == str(runs / "sft") and lineage["step"] == SFT_STEPS and lineage["base"] == "tiny"
+    assert lineage["checkpoint"] == str(runs / "sft" / "checkpoints" / f"global_step_{SFT_STEPS}")
     backend = yaml.safe_load((runs / "dpo-after-sft" / "trl_dpo.yaml").read_text())
     assert backend["model_name_or_path"] == lineage["merged"], "TRL trains the merged SFT checkpoint"
     shown = cli("runs", "show", "dpo-after-sft")
-    assert f"  from        {runs / 'sft'} step 4 (model=tiny)" in shown.stdout, shown.stdout
+    assert f"  from        {runs / 'sft'} step {SFT_STEPS} (model=tiny)" in shown.stdout, shown.stdout
 
 
 def test_grpo_from_an_sft_run_plans_from_its_merged_checkpoint(cli, ready, sft_run, tmp_path):
@@ -182,7 +185,7 @@ def test_grpo_from_an_sft_run_plans_from_its_merged_checkpoint(cli, ready, sft_r
     shutil.copytree(sft_run.path, runs / "sft")
     result = cli("train", "recipe=grpo-arith-tiny-cpu", "model=runs/sft", "--dry-run")
     assert result.exit_code == 0, result.output
-    assert f"Model from: {runs / 'sft'} step 4 (model=tiny); merged (verified) into " in result.stdout
+    assert f"Model from: {runs / 'sft'} step {SFT_STEPS} (model=tiny); merged (verified) into " in result.stdout
     merged = result.stdout.split("merged (verified) into ")[1].split()[0]
     assert f"actor_rollout_ref.model.path={merged}" in result.stdout
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.launch.conftest import FAST_SFT
@@ -62,6 +63,7 @@ def _list_merge_generate(cli, run: Path, out: Path, base: dict[str, torch.Tensor
     return model
 
 
+@pytest.mark.slow  # a verl SFT start of its own; LoRA's adapters, merge and generation: test_dpo_with_lora below
 def test_sft_with_lora(cli, ready, tmp_path):
     result = cli("train", *FAST_SFT, "lora=r8", "run.name=sft-lora")
     assert result.exit_code == 0, result.output[-4000:]
@@ -98,6 +100,7 @@ def _prob_change(model, base_path: Path, text: str = "What is 12 + 30? ####") ->
         return float((model(ids).logits.softmax(-1) - base(ids).logits.softmax(-1)).abs().max())
 
 
+@pytest.mark.slow  # the reward-model run (tests/launch/test_reward.py, slow); DPO with LoRA is in the default suite
 def test_grpo_with_lora_syncs_adapters_to_the_rollout(cli, ready, tmp_path, model_run):
     # the reward-model run (tests/launch/conftest.py) is GRPO with lora=r8 and a learning rate that moves the policy
     # far in one step, so that a rollout ignoring the adapters would show

@@ -127,6 +127,10 @@ def test_the_cluster_asks_for_a_token(ray_head):
     assert e.value.code == 401
 
 
+# The jobs that train (a minute each in the suite) are slow; the default suite keeps what a head answers without a
+# job running: its token authentication, a launch refused before anything is submitted, the secrets plan, doctor.
+# CI runs both suites (.ci/run)
+@pytest.mark.slow
 def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path, ray_head):
     """Only RAY_AUTH_TOKEN is set; the secrets of this environment stay out of the job (GET /api/jobs/ shows a job's
     runtime_env to every token holder), and Ray's own log lines stay out of trainctl's output."""
@@ -192,6 +196,7 @@ def test_doctor_reports_auth_and_the_secrets_the_nodes_lack(cli, cluster, monkey
     assert "wandb-here-not-there-123" not in result.output
 
 
+@pytest.mark.slow
 def test_a_failing_job_reports_failed(cli, ready, cluster, tmp_path):
     boom = tmp_path / "boom.py"
     boom.write_text("class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom in the job')\n")
@@ -209,6 +214,7 @@ def test_a_failing_job_reports_failed(cli, ready, cluster, tmp_path):
     assert attempt["job_status"] == "FAILED"
 
 
+@pytest.mark.slow
 def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
     submitted = cli("train", *FAST_SFT, "run.epochs=100", "run.name=raystop", "--detach", *_job(cluster))
     assert submitted.exit_code == 0, submitted.output
@@ -231,7 +237,7 @@ def test_jobs_stop_stops_a_running_job(cli, ready, cluster):
     assert "interrupted (stopped by trainctl runs stop)" in row, row
 
 
-@pytest.mark.slow  # a minute: Ray Train's two workers; the SFT job above is the Ray-job path in the default suite
+@pytest.mark.slow  # a minute: Ray Train's two workers
 def test_dpo_with_ray_train_as_a_ray_job(cli, ready, cluster, tmp_path):
     """DPO across 'machines': Ray Train's TorchTrainer with two workers, submitted as a Ray job."""
     from tests.launch.conftest import FAST_DPO

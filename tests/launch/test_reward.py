@@ -81,6 +81,10 @@ def judge_run(tmp_path_factory, tiny_model_dir, arith_data_dir):
 # -- reward=model -------------------------------------------------------------------------------------------------
 
 
+# the reward-model run is a verl start of its own (two minutes in the suite): slow, like the judge's. The default
+# suite checks reward=model's translation (tests/backends/rewards/test_model.py) and its scorer
+# (tests/runtime/test_reward_model.py); CI runs both suites (.ci/run)
+@pytest.mark.slow
 def test_a_reward_model_run_trains_and_logs_its_reward(model_run):
     assert model_run.result.exit_code == 0, model_run.result.output[-4000:]
     metrics = model_run.metrics
@@ -94,6 +98,7 @@ def test_a_reward_model_run_trains_and_logs_its_reward(model_run):
     assert "path: pkg://trainctl.runtime.reward_model" in backend and "name: SequenceClassifierRewardManager" in backend
 
 
+@pytest.mark.slow
 def test_logged_rewards_are_what_the_reward_model_scores(model_run, tiny_reward_model_dir, arith_data_dir):
     """Recompute rewards on their own: the row's prompt and the sampled response through the reward model's chat
     template, one at a time, with transformers."""

@@ -1,6 +1,6 @@
 """Every run keeps its own record whatever the logger, and leaves nothing outside its run folder.
 
-SFT, DPO and GRPO run once per session with logger=console (and SFT once more with logger=[wandb,tensorboard],
+SFT, DPO and GRPO run once per session with logger=console (and two-process SFT with logger=[wandb,tensorboard],
 wandb offline) from a clean working directory each (tests/real_runs.py); the tests here read what they left.
 """
 
@@ -11,15 +11,15 @@ import json
 import pytest
 
 from tests.launch.wandb_records import history
-from tests.real_runs import GRPO_EVERY, GRPO_STEPS
+from tests.real_runs import GRPO_EVERY, GRPO_STEPS, SFT_EVERY, SFT_STEPS
 from trainctl.metrics import read_jsonl, read_metrics, series
 
 # run fixture -> (a metric the trainer logs under its own name, the checkpoint steps, the summary's first line)
 RUNS = {
-    "sft_run": ("train/loss", [2, 4], "train/loss over 4 steps: "),
+    "sft_run": ("train/loss", list(range(SFT_EVERY, SFT_STEPS + 1, SFT_EVERY)), f"train/loss over {SFT_STEPS} steps: "),
     "dpo_run": ("train/loss", [8, 16], "train/loss over 16 steps: "),
     "grpo_run": ("critic/score/mean", [GRPO_EVERY, GRPO_STEPS], f"critic/score/mean over {GRPO_STEPS} steps: "),
-    "wandb_run": ("train/loss", [3], "train/loss over 3 steps: "),
+    "sft_ws2_run": ("train/loss", [2, 4], "train/loss over 4 steps: "),
 }
 
 
@@ -68,8 +68,8 @@ def test_a_metric_the_run_never_logged_is_an_error_that_lists_the_logged_ones(gr
     assert f"Hint: trainctl ckpt best {grpo_run.path / 'checkpoints'} --metric critic/score/mean" in typo.stderr
 
 
-def test_several_loggers_add_to_the_record(wandb_run):
-    run = wandb_run.path
+def test_several_loggers_add_to_the_record(sft_ws2_run):
+    run = sft_ws2_run.path
     config = json.loads((run / "run.json").read_text())
     assert config["state"] == "finished"
     backend = (run / "verl_sft.yaml").read_text()
@@ -77,7 +77,7 @@ def test_several_loggers_add_to_the_record(wandb_run):
     files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     losses = [r["train/loss"] for r in history(files[0]) if "train/loss" in r]
-    assert len(losses) == 3 and all(isinstance(v, float) for v in losses)
+    assert len(losses) == 4 and all(isinstance(v, float) for v in losses)
     assert list((run / "tensorboard").rglob("events.out.tfevents.*")), "TensorBoard writes into the run folder"
     # the same numbers in the run's own record
     ours = [v for _, v in series(read_metrics(run), "train/loss")]

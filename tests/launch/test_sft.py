@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.launch.conftest import FAST_SFT
@@ -22,16 +22,16 @@ def _file_size_limit(size: int):
     return limit
 
 
-def test_sft_trains_checkpoints_survives_a_full_disk_and_resumes_across_an_epoch_boundary(
-    cli, ready, sft_run, tmp_path
-):
-    # the session's SFT run (tests/real_runs.py: recipe=quickstart, 4 steps, one epoch), resumed from a copy of it
-    assert (sft_run.path / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
-    assert "Latest checkpoint: runs/sft/checkpoints/global_step_4" in sft_run.output
-    losses = [v for _, v in series(read_metrics(sft_run.path), "train/loss")]
-    assert len(losses) == 4 and losses[-1] < losses[0], losses
+@pytest.mark.slow  # two more verl starts (a minute in the suite); the failing run below is in the default suite
+def test_sft_trains_checkpoints_survives_a_full_disk_and_resumes_across_an_epoch_boundary(cli, ready, tmp_path):
+    # 4 steps, one epoch, checkpoints at 2 and 4
+    first = cli("train", *FAST_SFT, "run.save_every=2", "run.val_every=2", "run.name=sft")
+    assert first.exit_code == 0, first.output[-3000:]
     run = tmp_path / "work" / "runs" / "sft"
-    shutil.copytree(sft_run.path, run, symlinks=True)
+    assert (run / "checkpoints" / "global_step_4" / "model_world_size_1_rank_0.pt").is_file()
+    assert "Latest checkpoint: runs/sft/checkpoints/global_step_4" in first.stdout
+    losses = [v for _, v in series(read_metrics(run), "train/loss")]
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
 
     # the disk fills up while step 6's checkpoint is written (a file-size limit: the model shard fits, the optimizer
     # state does not): the trainer fails, trainctl says why, the latest marker stays at 4 and the cut checkpoint is

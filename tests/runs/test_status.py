@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from tests.real_runs import FAST_SFT, trainctl
+from tests.real_runs import FAST_SFT, SFT_STEPS, trainctl
 
 
 def _row(stdout: str, name: str) -> str:
@@ -87,7 +87,7 @@ def test_ls_show_and_follow_report_each_state_and_a_killed_run(real_home, sft_ru
         assert listed.exit_code == 0, listed.output
         assert re.search(r"running \(PID \d+\)\s+\d+/200", _row(listed.stdout, "long")), listed.stdout
         sft = _row(listed.stdout, "sft")
-        assert re.search(r"sft\s+tiny\s+arith\s+done\s+4/4\s+train/loss=\d", sft), sft
+        assert re.search(rf"sft\s+tiny\s+arith\s+done\s+{SFT_STEPS}/{SFT_STEPS}\s+train/loss=\d", sft), sft
         assert "failed (exit 1)" in _row(listed.stdout, "boom")
 
         follower = subprocess.Popen(
@@ -130,7 +130,7 @@ def test_ls_show_and_follow_report_each_state_and_a_killed_run(real_home, sft_ru
         assert re.search(r"^  train/loss\s+\d", shown.stdout, re.M)
 
         done = cli("runs", "show", "sft")  # a name under ./runs (the working directory here)
-        assert done.exit_code == 0 and "status      done" in done.stdout and "step 4 *" in done.stdout
+        assert done.exit_code == 0 and "status      done" in done.stdout and f"step {SFT_STEPS} *" in done.stdout
         missing = cli("runs", "show", "nope")
         assert missing.exit_code == 1 and "Error: nope: no run there (no run.json)." in missing.stderr
     finally:
@@ -156,11 +156,12 @@ def test_a_metrics_line_cut_mid_write_hides_nothing_else(sft_run, cli, tmp_path)
 
     listed = cli("runs", "ls", "--dir", str(runs))
     # (run.json keeps the run's name: sft)
-    assert listed.exit_code == 0 and re.search(r"done\s+4/4\s+train/loss=\d", _row(listed.stdout, "sft")), listed.output
+    done = rf"done\s+{SFT_STEPS}/{SFT_STEPS}\s+train/loss=\d"
+    assert listed.exit_code == 0 and re.search(done, _row(listed.stdout, "sft")), listed.output
     shown = cli("runs", "show", "cut", "--all")
-    assert shown.exit_code == 0 and "Last metrics (step 4):" in shown.stdout, shown.output
+    assert shown.exit_code == 0 and f"Last metrics (step {SFT_STEPS}):" in shown.stdout, shown.output
     ckpts = cli("ckpt", "ls", "runs/cut", "-m", "train/loss")
     assert ckpts.exit_code == 0, ckpts.output
-    assert re.search(r"^\s*4 \*.*train/loss=\d", ckpts.stdout, re.M), ckpts.stdout
+    assert re.search(rf"^\s*{SFT_STEPS} \*.*train/loss=\d", ckpts.stdout, re.M), ckpts.stdout
     plotted = cli("runs", "plot", "runs/cut", "-m", "train/loss", "-o", str(tmp_path / "loss.png"))
     assert plotted.exit_code == 0 and (tmp_path / "loss.png").stat().st_size > 1000, plotted.output

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.real_runs import AGENT_STEPS, FAST_SFT, GRPO_EVERY, GRPO_STEPS
+from tests.real_runs import AGENT_STEPS, FAST_SFT, GRPO_EVERY, GRPO_STEPS, SFT_EVERY, SFT_STEPS
 from tests.serve.conftest import (
     SERVER_SECRET,
     copy_run,
@@ -91,8 +91,8 @@ def test_metrics_are_the_runs_own_history_and_since_gives_only_what_is_new(api, 
 
 def test_checkpoints_with_their_metrics_and_eval_results(api, sft_run, grpo_run):
     ckpts = api.get(f"/api/jobs/{run_uuid(sft_run.path)}/checkpoints").json()
-    assert [c["step"] for c in ckpts] == [2, 4]
-    assert ckpts[0]["path"] == "checkpoints/global_step_2" and ckpts[-1]["latest"]
+    assert [c["step"] for c in ckpts] == list(range(SFT_EVERY, SFT_STEPS + 1, SFT_EVERY))
+    assert ckpts[0]["path"] == f"checkpoints/global_step_{SFT_EVERY}" and ckpts[-1]["latest"]
     assert "train/loss" in ckpts[0]["metrics"] and ckpts[0]["eval_results"] == {}
     grpo = api.get(f"/api/jobs/{run_uuid(grpo_run.path)}/checkpoints").json()
     assert [c["step"] for c in grpo] == [GRPO_EVERY, GRPO_STEPS] and grpo[0]["parts"] == ["actor"]
@@ -107,7 +107,7 @@ def test_checkpoint_actions_start_merge_and_eval_and_prune_shows_then_deletes(ap
     copy_run(sft_run.path, copies / "sft-ckpt", checkpoints=True)
     copy_run(grpo_run.path, copies / "grpo-ckpt", checkpoints=True)
     sft, grpo = run_uuid(copies / "sft-ckpt"), run_uuid(copies / "grpo-ckpt")
-    merge = api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 2, "dtype": "auto"})
+    merge = api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": SFT_EVERY, "dtype": "auto"})
     assert merge.status_code == 202, merge.text
     assert merge.json()["command"].startswith("trainctl ckpt merge ") and merge.json()["state"] == "running"
     evaluate = api.post(f"/api/jobs/{grpo}/checkpoints/eval", json={"step": GRPO_STEPS, "limit": 2})
@@ -118,16 +118,15 @@ def test_checkpoint_actions_start_merge_and_eval_and_prune_shows_then_deletes(ap
     prune = copies / "sft-prune"
     copy_run(sft_run.path, prune, checkpoints=True)
     uid = run_uuid(prune)
+    older = [f"checkpoints/global_step_{s}" for s in range(SFT_EVERY, SFT_STEPS, SFT_EVERY)]
     shown = api.post(f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1}).json()
-    assert [d["path"] for d in shown["delete"]] == ["checkpoints/global_step_2"] and not shown["deleted"]
-    assert (prune / "checkpoints" / "global_step_2").is_dir()  # shown, not deleted
+    assert [d["path"] for d in shown["delete"]] == older and not shown["deleted"]
+    assert (prune / older[0]).is_dir()  # shown, not deleted
     wrong = api.post(f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1, "confirm": []})
-    assert wrong.status_code == 409 and (prune / "checkpoints" / "global_step_2").is_dir()
-    done = api.post(
-        f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1, "confirm": ["checkpoints/global_step_2"]}
-    )
-    assert done.json()["deleted"] and not (prune / "checkpoints" / "global_step_2").exists()
-    assert (prune / "checkpoints" / "global_step_4").is_dir()
+    assert wrong.status_code == 409 and (prune / older[0]).is_dir()
+    done = api.post(f"/api/jobs/{uid}/checkpoints/prune", json={"keep_last": 1, "confirm": older})
+    assert done.json()["deleted"] and not any((prune / path).exists() for path in older)
+    assert (prune / "checkpoints" / f"global_step_{SFT_STEPS}").is_dir()
 
 
 def test_log_config_and_files(api, grpo_run, copies):
@@ -261,28 +260,30 @@ def test_the_stream_delivers_a_new_metrics_line_within_a_second_and_resumes_with
     live = copies / "live"
     uid = run_uuid(live)
     metrics = live / "metrics" / "attempt-1.jsonl"
-    cursor = api.get(f"/api/jobs/{uid}/metrics", params={"format": "columns"}).json()["cursor"]
+    columns = api.get(f"/api/jobs/{uid}/metrics", params={"format": "columns"}).json()
+    cursor, last = columns["cursor"], max(columns["steps"])  # the steps written below come after the copy's
     stream = Events(f"{served.url}/api/jobs/{uid}/events?cursor={cursor}")
     try:
         status = stream.next("status", 10)[1]
         assert status["status"] == "running"
         # a line cut mid-write is held back until it is whole
-        _append(metrics, '{"step": 5, "data": {"train/loss": 0.5')
+        _append(metrics, f'{{"step": {last + 1}, "data": {{"train/loss": 0.5')
         time.sleep(0.5)
         written = _append(metrics, ', "train/grad_norm": 1.0}}\n')
         at, data, eid = stream.next("metrics", 5)
-        assert data["steps"] == [5] and data["metrics"]["train/loss"] == [0.5]
+        assert data["steps"] == [last + 1] and data["metrics"]["train/loss"] == [0.5]
         assert at - written < 1.0, f"the line took {at - written:.2f} s to arrive"
         assert eid.split(".")[1] == str(metrics.stat().st_size)  # the event id is the file offset
     finally:
         stream.close()
-    _append(metrics, '{"step": 6, "data": {"train/loss": 0.4}}\n')
+    _append(metrics, f'{{"step": {last + 2}, "data": {{"train/loss": 0.4}}}}\n')
     again = Events(f"{served.url}/api/jobs/{uid}/events", headers={"Last-Event-ID": eid})
     try:
         _, data, _ = again.next("metrics", 5)
-        assert data["steps"] == [6]  # step 5 is not sent again; step 6, written while away, is not skipped
+        # the step above is not sent again; the one written while away is not skipped
+        assert data["steps"] == [last + 2]
         # the live view's alerts and the log, as they happen
-        _append(metrics, '{"step": 7, "data": {"train/loss": null}}\n')
+        _append(metrics, f'{{"step": {last + 3}, "data": {{"train/loss": null}}}}\n')
         alert = again.next("alert", 5)[1]
         assert alert["kind"] == "nonfinite" and "train/loss" in alert["message"] and alert["hint"]
         _append(live / "logs" / "attempt-1.log", "torch.OutOfMemoryError: CUDA out of memory\n")
@@ -369,6 +370,7 @@ def test_a_job_with_bad_fields_is_planned_with_its_problems_and_not_started(api)
     assert typo.status_code == 422 and "learning_rat" in typo.text
 
 
+@pytest.mark.slow  # a run of its own (half a minute in the suite); the API's reading and actions: the default suite
 def test_a_job_created_started_and_finished_through_the_api(api, copies):
     spec = {
         "name": "api-job",
@@ -422,7 +424,7 @@ def test_checkpoint_actions_finish(api, copies):
             break
         time.sleep(1)
     assert states["merge"]["state"] == "done", states["merge"]["output"]
-    assert (copies / "sft-ckpt" / "checkpoints" / "global_step_2-hf" / "config.json").is_file()
+    assert (copies / "sft-ckpt" / "checkpoints" / f"global_step_{SFT_EVERY}-hf" / "config.json").is_file()
     assert states["eval"]["state"] == "done", states["eval"]["output"]
     ckpts = api.get(f"/api/jobs/{run_uuid(copies / 'grpo-ckpt')}/checkpoints").json()
     scores = {c["step"]: c["eval_results"] for c in ckpts}

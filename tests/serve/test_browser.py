@@ -155,6 +155,7 @@ def test_the_agent_runs_trajectories(site, agent_run, tmp_path):
     assert not problems
 
 
+@pytest.mark.slow  # a run of its own (half a minute in the suite); the form's checks are in the default suite
 def test_a_quickstart_launched_from_the_form_and_watched_to_done(site, copies, tmp_path):
     server, page, _, problems = site
     page.goto(f"{server.url}/launch")

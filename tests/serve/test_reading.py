@@ -35,9 +35,10 @@ def test_the_summary_from_the_files_ends_is_what_runs_ls_reads_whole(sft_run, gr
         assert (s.steps_done, s.headline) == (whole.steps_done, whole.headline), run.path.name
     resumed = tmp_path / "resumed"
     shutil.copytree(sft_run.path, resumed, ignore=shutil.ignore_patterns("checkpoints"))
-    (resumed / "metrics" / "attempt-2.jsonl").write_text('{"step": 4, "data": {"train/loss": 0.25}}\n')
+    last = max(read_run_metrics(sft_run.path).steps)
+    (resumed / "metrics" / "attempt-2.jsonl").write_text(f'{{"step": {last}, "data": {{"train/loss": 0.25}}}}\n')
     assert summary(resumed, "sft").headline == ("train/loss", 0.25) == read_run(resumed).headline
-    assert read_run_metrics(resumed).steps[4]["train/loss"] == 0.25  # a resumed attempt's steps win
+    assert read_run_metrics(resumed).steps[last]["train/loss"] == 0.25  # a resumed attempt's steps win
 
 
 VERL_OUTPUT = (
