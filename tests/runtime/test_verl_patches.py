@@ -40,6 +40,9 @@ PINNED = {
     (verl_patches.TRAINER, "compute_data_metrics"): (
         "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
     ),
+    (verl_patches.LEGACY_TRAINER, "compute_data_metrics"): (
+        "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
+    ),
     (verl_patches.TRAINER, "PPOTrainer._compute_metrics"): (
         "9c5c555787889555c5bd77e59f57b87d03a08e0449903a63e26186d6f511fcec"
     ),

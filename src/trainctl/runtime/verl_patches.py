@@ -57,12 +57,15 @@ PATCHES = {
 }
 
 TRAINER = "verl.trainer.ppo.v1.trainer_base"
+# the legacy trainer (trainer.use_v1=false: remax runs on it)
+LEGACY_TRAINER = "verl.trainer.ppo.ray_trainer"
 
 # verl has no hook for adding to the training log: module, function: what it lacks, and what trainctl adds
 METRIC_PATCHES = {
     (TRAINER, "compute_data_metrics"): (
         "logs the scores' mean, max and min (critic/score/*) but no spread: reward/<kind>/mean and /std are added"
     ),
+    (LEGACY_TRAINER, "compute_data_metrics"): "the same function, imported by name: the same figures are added",
     (TRAINER, "PPOTrainer._compute_metrics"): (
         "logs what reward managers return beside the score only for validation, and never how many tool calls were "
         "made or failed: the judge's figures (reward=judge) and the step's tool calls (tools=...) are added"
@@ -87,7 +90,7 @@ TRAJECTORY_PATCHES = {
 
 # modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
 # import: patched when a process first imports them, not imported by every process the plugin is loaded in
-ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LOOP}
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LEGACY_TRAINER, LOOP}
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
@@ -347,7 +350,8 @@ def apply_metrics() -> None:
     trainer's module is imported. A report only: on a verl they were not written for, they are left out."""
     import verl
 
-    wanted = tuple(dict.fromkeys((TRAINER, func) for cls in _metric_set_classes() for func in cls.WRAPS))
+    funcs = {func for cls in _metric_set_classes() for func in cls.WRAPS}
+    wanted = tuple(key for key in METRIC_PATCHES if key[1] in funcs)
     if not wanted:
         return
     if verl.__version__ != VERL_VERSION:
