@@ -41,3 +41,39 @@ def test_a_command_that_does_not_exist_fails_with_its_exit_code(tmp_path, how):
     assert outcome.exit_code == 127 and outcome.interrupted is None
     assert missing in outcome.tail[-1] and "not found" in outcome.tail[-1]
     assert missing in log.read_text()
+
+
+def test_an_exception_raised_while_the_trainer_runs_stops_it_and_its_children(tmp_path):
+    """trainctl failing while it waits (here an exception raised by a signal handler not its own, as a test harness's
+    timeout raises one) takes the trainer and what it started along: nothing is left training alone."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    started: list[int] = []
+
+    def harness_timeout(signum, frame):
+        raise TimeoutError("the harness's timeout")
+
+    previous = signal.signal(signal.SIGUSR1, harness_timeout)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.start()
+    log = tmp_path / "a.log"
+    try:
+        with pytest.raises(TimeoutError):
+            Supervisor([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, log, echo=io.StringIO(),
+                       on_start=started.append).run()  # fmt: skip
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    child = int(log.read_text().split("child ")[1].split()[0])
+    _, alive = psutil.wait_procs([psutil.Process(p) for p in (started[0], child) if psutil.pid_exists(p)], timeout=5)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "the trainer or its child outlived trainctl"

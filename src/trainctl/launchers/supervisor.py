@@ -221,6 +221,16 @@ class Supervisor:
         with contextlib.suppress(subprocess.TimeoutExpired):
             watchdog.wait(timeout=5)
 
+    def _stop_group(self) -> None:
+        """SIGTERM to the trainer's process group, SIGKILL after GRACE_SECONDS."""
+        self._signal_group(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=GRACE_SECONDS)
+            return
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=5)
+
     def _signal_group(self, sig: int) -> None:
         if self._proc is None:
             return
@@ -319,6 +329,13 @@ class Supervisor:
                         deadline = deadline or time.monotonic() + GRACE_SECONDS
                         if time.monotonic() > deadline:
                             self._signal_group(signal.SIGKILL)
+            except BaseException:
+                # trainctl failed while the trainer ran (a callback's error, an exception raised by a signal handler
+                # not its own, as a test harness's timeout): the trainer goes with it, never left training alone
+                self._stop_group()
+                self._cleanup(before | ({watchdog.pid} if watchdog else set()))
+                self._dismiss(watchdog)
+                raise
             finally:
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
