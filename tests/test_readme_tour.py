@@ -38,6 +38,8 @@ CANNOT_RUN = {
 # the training commands of the tour, on CPU: run for real in the slow variant, as dry runs otherwise
 _COMMAND = re.compile(r"^([A-Z_]+=\S*\s+)*(trainctl|make)\s")
 _TRAIN = re.compile(r"^trainctl train (?!.*--dry-run)")
+# a training command for GPUs (and a model only `model pull` fetches): a dry run in both variants
+_GPU = re.compile(r"\bhardware=\S*gpu\b")
 
 
 def _users_files(work: Path, home: Path) -> None:
@@ -142,7 +144,8 @@ def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until
         words = shlex.split(command)
         env = [w for w in words if re.match(r"^[A-Z_]+=", w)]
         args = words[len(env) + 1 :]
-        dry = request is not None and _TRAIN.match(" ".join(words[len(env) :])) is not None
+        training = _TRAIN.match(" ".join(words[len(env) :])) is not None
+        dry = training and (request is not None or _GPU.search(command) is not None)
         if dry and not fill and planned and command in planned:
             backend, folder = planned[command]
             _stand_in(request, backend, Path.cwd() / folder, args)
@@ -159,7 +162,7 @@ def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until
             failures.append(f"$ {shlex.join(args)}\nexit {result.exit_code}\n{result.output[-1500:]}")
             continue
         set_up |= {command} & set(SETUP)
-        if dry:
+        if dry and request is not None:
             backend, folder = _FOLDER.search(result.stdout).groups()
             _stand_in(request, backend, Path(folder), args)
             if fill and set_up == set(SETUP) and Path(folder).is_relative_to(Path.cwd()):

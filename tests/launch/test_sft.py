@@ -102,6 +102,9 @@ def test_an_existing_run_is_not_overwritten(cli, ready, tmp_path):
     assert "Hint: resume it: trainctl train --resume runs/quickstart; or start another: run.name=quickstart-2" in (
         result.stderr
     )
+    # the refusal lets go of the run's lock: the same process asking again is told the same, not that it is in use
+    again = cli("train", *FAST_SFT)
+    assert again.exit_code == 1 and "already holds a run" in again.stderr, again.stderr
 
 
 def test_a_failing_trainer_reports_its_exit_code_and_log_tail(failed_run):

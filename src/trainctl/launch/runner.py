@@ -267,7 +267,15 @@ def launch(
             notify(text)
 
     run = RunDir(plan.run_dir)
-    lock = run.lock()  # held until this process ends: a second trainctl for the same run is refused here
+    lock = run.lock()  # a second trainctl for the same run is refused here
+    try:
+        return _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt)
+    finally:
+        lock.release()  # also when refused or failed before the start: a process that goes on (serve) may run it next
+
+
+def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) -> RunResult:
+    """launch(), its run's lock held."""
     if run.exists() and not resume:
         state = run.status().get("state")
         raise TrainctlError(
@@ -311,10 +319,7 @@ def launch(
     )
     if launcher.ray == "inside":
         _job_parts(plan, run, job)
-    try:
-        ended = launcher.start(job, run, on_attempt)
-    finally:
-        lock.release()
+    ended = launcher.start(job, run, on_attempt)
     tail = failure_excerpt(ended.tail) if ended.state == "failed" else ended.tail[-20:]
     return RunResult(
         run.path,
