@@ -129,7 +129,7 @@ SETUP = ("trainctl model init tiny", "trainctl data prep arith")
 def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until_set_up: bool = False) -> list[str]:
     """The tour in README order; with `request`, training commands are dry runs and session runs stand in, and
     `model init tiny-tools` finds the session's tiny-tools in place (the agent run builds it with the same code: the
-    half minute of its warm start is not spent twice).
+    minute and a half of its warm start is not spent twice).
 
     `planned` maps a training command to the backend and run folder its dry run named, once the tour's set-up
     commands have run (from then on the home holds what it holds after `make demo`): filled when empty, and used
@@ -194,7 +194,7 @@ def test_every_readme_command_works_before_and_after_the_demo_set_up(cli, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # every training of the tour, one after another (the agent recipe's warm start among them)
+@pytest.mark.timeout(3600)  # every training of the tour, one after another (the agent recipe's warm start among them)
 def test_the_readme_tour_trains_for_real(cli, isolated, monkeypatch):
     """The whole tour after the set-up, every CPU training command run as written (about 10 minutes)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
