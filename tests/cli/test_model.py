@@ -38,6 +38,13 @@ def test_init_of_a_hub_model_says_to_pull_it(cli):
     assert "Hint: trainctl model pull qwen2.5-7b" in result.stderr
 
 
+def test_a_seed_for_a_model_without_a_warm_start_is_refused(cli, isolated):
+    result = cli("model", "init", "tiny", "--seed", "3")
+    assert result.exit_code == 1
+    assert "--seed 3: only tiny-tools' warm start takes a seed" in result.stderr
+    assert "Hint: trainctl model init tiny" in result.stderr
+
+
 def test_info_with_a_bad_override_exits_1(cli):
     result = cli("model", "info", "qwen2.5-7b", "hardware.gpus_per_node=abc")
     assert result.exit_code == 1

@@ -289,6 +289,11 @@ def init(
             f"only {' and '.join(BUILT)} are built locally; {name!r} comes from a hub.",
             hint=f"trainctl model pull {name}",
         )
+    if seed != 0 and name != "tiny-tools":
+        raise TrainctlError(
+            f"--seed {seed}: only tiny-tools' warm start takes a seed ({name}'s weights are always the same).",
+            hint=f"trainctl model init {name}",
+        )
     target = out or Path(load([f"model={name}"]).cfg.model.path)
     existed = (target / "config.json").is_file()
     if name == "tiny-tools" and (force or not existed):
