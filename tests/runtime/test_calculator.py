@@ -48,3 +48,37 @@ def test_arithmetic(expression, value):
 def test_what_it_refuses(expression, reason):
     with pytest.raises(CalculatorError, match=reason.replace("(", r"\(").replace("*", r"\*")):
         calculate(expression)
+
+
+def test_over_stdio_it_answers_a_burst_of_calls_without_worker_threads():
+    """A run's calls arrive in bursts (every trajectory's turn ends together): the calculator reads and writes its
+    pipes on its event loop, where the SDK's stdio transport hops to a worker thread for each line (3 a call)."""
+    import asyncio
+    import sys
+
+    import psutil
+
+    from trainctl.mcp.connection import Connection
+    from trainctl.mcp.results import result_text
+    from trainctl.mcp.specs import ServerSpec
+    from trainctl.runtime.tools import calculator
+
+    spec = ServerSpec(name="calculator", transport="stdio", command=sys.executable, args=(calculator.__file__,))
+
+    async def burst():
+        conn = Connection(spec)
+        await conn.open(60)
+        try:
+            results = await asyncio.gather(
+                *(conn.call("calculator", {"expression": f"{i} * 3 + 4"}, 30) for i in range(48)),
+                conn.call("calculator", {"expression": "1 / 0"}, 30),
+            )
+            (server,) = [p for p in psutil.Process().children() if calculator.__file__ in " ".join(p.cmdline())]
+            return [result_text(r) for r in results], server.num_threads()
+        finally:
+            await conn.close()
+
+    texts, threads = asyncio.run(burst())
+    assert texts[:48] == [(str(i * 3 + 4), False) for i in range(48)]
+    assert texts[48][1] is True and "division by zero" in texts[48][0]
+    assert threads == 1

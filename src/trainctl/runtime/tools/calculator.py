@@ -7,15 +7,22 @@
 `--log FILE` appends one JSON line per call (pid, expression, result or error): a record, written by the server
 process itself, of what it was asked and what it answered.
 
+Over stdio it reads and writes its pipes on the event loop itself (`serve_stdio_pipes`) rather than through the
+SDK's stdio transport, which reads each line and writes each answer in a worker thread: three thread hops a call.
+On 2 cores, 64 calls sent at once: 1.7 ms of the server's CPU per call there against 0.6 ms here, the median call
+87 ms against 26 ms; 27 at once (benchmarks/bench_agents.py, `BENCH_AGENTS_ONLY=burst`): 41.6 ms against 14.2 ms.
+
 This file imports nothing from trainctl, so a run can start it by path (`python .../calculator.py`) in the
 minimal environment the MCP SDK gives stdio servers (no PYTHONPATH).
 """
 
 import argparse
 import ast
+import asyncio
 import json
 import operator
 import os
+import stat
 import time
 
 NAME = "calculator"
@@ -138,6 +145,70 @@ def build_server(log_path: str | None = None):
     return server
 
 
+class _PipeLines:
+    """The lines of a pipe, read on the event loop (the SDK's stdio transport takes any async iterable of lines)."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
+
+
+class _PipeWriter:
+    """Text written to a pipe on the event loop (what the SDK's stdio transport calls: write, then flush)."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+# an MCP message is one line: the reader's buffer must hold the longest (asyncio's default is 64 KiB)
+MAX_LINE = 64 * 1024 * 1024
+
+
+async def serve_stdio_pipes(server) -> None:
+    """Serve `server` (an MCPServer) over this process's stdin and stdout pipes, read and written on the loop.
+
+    As the SDK does while it serves, fd 0 then reads the null device and fd 1 writes to stderr, so stray output
+    (a library's print) cannot corrupt the wire."""
+    from mcp.server.stdio import stdio_server
+
+    loop = asyncio.get_running_loop()
+    wire_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    wire_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), wire_in)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, wire_out)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with these streams instead
+    async with stdio_server(_PipeLines(reader), _PipeWriter(writer)) as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m trainctl.runtime.tools.calculator", description=__doc__)
     parser.add_argument("--transport", choices=["stdio", "sse", "streamable-http"], default="stdio")
@@ -146,7 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", default=os.environ.get("TRAINCTL_CALCULATOR_LOG"), help="append each call here")
     args = parser.parse_args(argv)
     server = build_server(args.log)
-    if args.transport == "stdio":
+    if args.transport == "stdio" and _is_pipe(0) and _is_pipe(1) and hasattr(server, "_lowlevel_server"):
+        import anyio
+
+        anyio.run(serve_stdio_pipes, server)
+    elif args.transport == "stdio":  # a terminal or a file: the SDK's own transport reads anything
         server.run("stdio")
     else:
         server.run(args.transport, host=args.host, port=args.port)
