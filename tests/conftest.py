@@ -7,12 +7,19 @@ import io
 import os
 import shutil
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.shared import once
+
+# pytest keeps the test modules it rewrites (for its assertion messages) in __pycache__ only when bytecode may be
+# written: with PYTHONDONTWRITEBYTECODE set (this machine and CI set it), each xdist worker rewrote all ~240 test
+# modules on every run, about 4 s of CPU each before the first test. Set for this process only (the test modules
+# after this file); the processes tests start keep the environment's setting.
+sys.dont_write_bytecode = False
 
 # One OpenMP thread per process, for this process and every trainer, Ray worker and server the tests start. Two
 # xdist workers each running a training (of several processes) share two cores: with torch's default of one thread

@@ -102,9 +102,35 @@ def run_in_terminal(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[in
     return proc.wait(), b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def train(home: Home, name: str, *args: str, terminal: bool = False, expect: int = 0, **env: str) -> RealRun:
+def dry_run(home: Home, work: Path, args: list[str], env: dict[str, str]) -> None:
+    """`trainctl train ARGS --dry-run` in this process, as a user checks a run before launching it: the launch then
+    reuses the backend's verdict on the same config (trainctl.checks.native), so its process does not import verl
+    or TRL only to validate (about 6 s of CPU a launch on 2 cores; this worker has imported them once)."""
+    from tests.conftest import invoke
+
+    saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    os.environ.clear()
+    os.environ.update(home.env(**env))
+    os.chdir(work)
+    try:
+        result = invoke("train", *args, "--dry-run")
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    assert result.exit_code == 0, (
+        f"trainctl train {' '.join(args)} --dry-run exited {result.exit_code}:\n" + result.output
+    )
+
+
+def train(
+    home: Home, name: str, *args: str, terminal: bool = False, expect: int = 0, check_first: bool = True, **env: str
+) -> RealRun:
+    """`trainctl train ARGS run.name=NAME` in a new working directory, after its dry run here (`check_first`)."""
     work = home.root / f"work-{name}"
     work.mkdir()
+    if check_first:
+        dry_run(home, work, [*args, f"run.name={name}"], env)
     argv = trainctl("train", *args, f"run.name={name}")
     start = time.monotonic()
     if terminal:
@@ -207,9 +233,10 @@ def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
         shutil.copytree(tiny_tools_dir, real_home.root / "home" / "models" / "tiny-tools")
         prep = subprocess.run(trainctl("data", "prep", "arith-tools"), env=real_home.env(), cwd=real_home.root)
         assert prep.returncode == 0, "trainctl data prep arith-tools failed"
+        # no dry run first: the launch's tokenization preflight imports verl all the same
         return train(
             real_home, "agent", "recipe=agent-arith-tiny-cpu",
-            f"trainer.validation_data_dir={real_home.root / 'agent-validation'}",
+            f"trainer.validation_data_dir={real_home.root / 'agent-validation'}", check_first=False,
         )  # fmt: skip
 
     return once(tmp_path_factory, "agent-run", make)

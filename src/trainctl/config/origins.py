@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from trainctl.config.yaml_files import config_file
 
 if TYPE_CHECKING:
     from trainctl.config.search import SearchPath
@@ -65,7 +65,7 @@ def merge_order(search: SearchPath, choices: dict[str, str], primary: str = "tra
         if file is None:
             return
         package = _package(file, group or "") if mount is None else ("" if mount == "_global_" else mount)
-        raw = yaml.safe_load(file.read_text()) or {}
+        raw = config_file(str(file))[1] or {}
         defaults = raw.get("defaults") or [] if isinstance(raw, dict) else []
         if "_self_" not in defaults:
             defaults = [*defaults, "_self_"]
@@ -92,7 +92,7 @@ def sources(
     keys the overrides set)."""
     out: list[tuple[str, set[str]]] = []
     for file, package in merge_order(search, choices, primary):
-        raw = yaml.safe_load(file.read_text()) or {}
+        raw = config_file(str(file))[1] or {}
         raw.pop("defaults", None)
         out.append((search.label(file), set(_leaves(raw, package))))
     out.append((COMMAND_LINE, cli))

@@ -1,0 +1,38 @@
+"""trainctl's config files as Hydra reads them, each parsed once per process and file version.
+
+Hydra parses every file of a composition again for every composition (~20 files, a third of its time); a test
+session composes a thousand times and a server keeps composing. hydra_plugins.trainctl_searchpath reads trainctl's
+config folders through `config_file` during a trainctl composition, and trainctl.config.origins reads the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+import yaml
+
+# per file version, (real path, mtime, size) -> (its first 512 characters, its content pickled)
+_CONFIG_FILES: dict[tuple, tuple[str, bytes]] = {}
+
+
+def config_file(path: str, header_of=lambda text: {}) -> tuple[dict, Any]:
+    """(header, content) of one of trainctl's config files, read as Hydra reads it (OmegaConf's YAML loader),
+    parsed once per process and file version. The content is the loader's plain data, a fresh copy for each
+    caller; the header is Hydra's (`# @package ...`), read by `header_of` from the file's first 512 characters."""
+    from omegaconf._utils import get_yaml_loader
+
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (real, st.st_mtime_ns, st.st_size)
+    known = _CONFIG_FILES.get(key)
+    if known is None:
+        with open(real, encoding="utf-8") as f:  # parsed from the file: a syntax error names it
+            head = f.read(512)
+            f.seek(0)
+            known = (head, pickle.dumps(yaml.load(f, Loader=get_yaml_loader())))
+        if len(_CONFIG_FILES) > 4096:
+            _CONFIG_FILES.clear()
+        _CONFIG_FILES[key] = known
+    return header_of(known[0]), pickle.loads(known[1])
