@@ -3,12 +3,12 @@ config source that reads trainctl's config files (Hydra's ConfigSource API).
 
 Hydra's compose API searches one config folder, and `hydra.searchpath` entries come after it, so a user's
 `conf/hardware/8gpu.yaml` could not shadow the built-in one. A search-path plugin is Hydra's public way to put
-folders first. Hydra re-executes plugin modules when it scans them, so the folders (and the parsed files) are kept
-in trainctl.config.compose and read at call time, not kept here.
+folders first. Hydra re-executes plugin modules when it scans them, so the folders (trainctl.config.compose) and
+the parsed files (trainctl.config.yaml_files) are kept in trainctl and read at call time, not kept here.
 
-Hydra parses every config file again for every composition; during a trainctl composition its folders are read
-through `trainctl-file://` instead, the same files parsed once per process and file version
-(trainctl.config.compose.config_file).
+Hydra parses every config file again for every composition; during a trainctl composition (and only then: verl's
+own Hydra apps are left alone) trainctl's folders are read through `trainctl-file://` instead, Hydra's file source
+with each file parsed once per process and file version.
 """
 
 from hydra._internal.core_plugins.file_config_source import FileConfigSource

@@ -140,8 +140,7 @@ def hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[DictC
 
 # this process's compositions (key -> pickled result), beside the cache folder's: a process that composes the same
 # groups again (`model ls` composes every model option; the server, and a test session, compose the same recipes
-# over and over, each test with a cache folder of its own) skips Hydra (~0.65 s a composition on 2 cores) and the
-# file read
+# over and over) skips Hydra (0.2 s a composition on 2 idle cores, 0.6 s on busy ones) and the file read
 _COMPOSED: dict[str, bytes] = {}
 _COMPOSED_MAX = 256
 
