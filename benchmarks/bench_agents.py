@@ -12,7 +12,8 @@ agent run.
    and 90th percentile of each call's seconds as the caller saw them (the run's tools/calls/*.jsonl), and the mean
    of the first step's calls (where the stdio server's start-up went before trainctl warmed the connection when the
    agent-loop worker built its tools). The calls of one step arrive together (the batch's first turns end
-   together): the note gives how many, and the median of each step's calls.
+   together): the note gives how many, and the median of each step's calls. BENCH_AGENT_OVERRIDES adds overrides
+   to the run (`hardware.worker_processes=2`: two agent-loop workers), to measure a variant.
 4. The floor under (3): the same number of calls sent at once to one calculator over stdio, through the mcp SDK
    alone (trainctl.mcp.connection), on an otherwise idle machine: the median call, median of BENCH_REPS bursts; and
    the same with the calls spread over two calculator processes.
@@ -113,7 +114,9 @@ print(json.dumps({"preflight": statistics.median(times), "listing": listing}))
 def _agent_run_calls(work: Path, env: dict, name: str) -> list[dict]:
     from trainctl.runtime.tool_calls import read_call_logs
 
-    argv = [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.max_steps={STEPS}", f"run.name={name}"]
+    # BENCH_AGENT_OVERRIDES: more overrides for the run (e.g. hardware.worker_processes=2), to measure a variant
+    extra = os.environ.get("BENCH_AGENT_OVERRIDES", "").split()
+    argv = [TRAINCTL, "train", "recipe=agent-arith-tiny-cpu", f"run.max_steps={STEPS}", f"run.name={name}", *extra]
     proc = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the agent run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

@@ -108,9 +108,9 @@ def dry_run(home: Home, work: Path, args: list[str], env: dict[str, str]) -> Non
     or TRL only to validate (about 6 s of CPU a launch on 2 cores; this worker has imported them once)."""
     from tests.conftest import invoke
 
-    saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    saved_env, saved_cwd, launch_env = dict(os.environ), Path.cwd(), home.env(**env)
     os.environ.clear()
-    os.environ.update(home.env(**env))
+    os.environ.update(launch_env)  # the launch's environment: the same config, so the same verdict
     os.chdir(work)
     try:
         result = invoke("train", *args, "--dry-run")
@@ -129,8 +129,12 @@ def train(
     """`trainctl train ARGS run.name=NAME` in a new working directory, after its dry run here (`check_first`)."""
     work = home.root / f"work-{name}"
     work.mkdir()
+    # a cache of the run's own: the verdicts below are this run's, whatever the other worker launches meanwhile
+    env = {"TRAINCTL_CACHE": str(home.root / f"cache-{name}"), **env}
+    verdicts = Path(env["TRAINCTL_CACHE"]) / "validated"
     if check_first:
         dry_run(home, work, [*args, f"run.name={name}"], env)
+    before = set(verdicts.glob("*")) if verdicts.is_dir() else set()
     argv = trainctl("train", *args, f"run.name={name}")
     start = time.monotonic()
     if terminal:
@@ -141,6 +145,8 @@ def train(
     run = RealRun(work, work / "runs" / name, output, code, time.monotonic() - start)
     (home.root / f"{name}.out").write_text(output)  # beside, not inside, the working directory: for a failure's reader
     assert code == expect, f"trainctl train {' '.join(args)} exited {code}:\n{output[-4000:]}"
+    if check_first:  # the launch reused the dry run's verdict (as a user's launch after a dry run does)
+        assert before and set(verdicts.glob("*")) == before, f"the launch of {name} did not reuse its dry run's verdict"
     return run
 
 
