@@ -131,10 +131,10 @@ def train(
     work.mkdir()
     # a cache of the run's own: the verdicts below are this run's, whatever the other worker launches meanwhile
     env = {"TRAINCTL_CACHE": str(home.root / f"cache-{name}"), **env}
-    verdicts = Path(env["TRAINCTL_CACHE"]) / "validated"
+    cache = Path(env["TRAINCTL_CACHE"])
     if check_first:
         dry_run(home, work, [*args, f"run.name={name}"], env)
-    before = set(verdicts.glob("*")) if verdicts.is_dir() else set()
+    before = _files(cache)
     argv = trainctl("train", *args, f"run.name={name}")
     start = time.monotonic()
     if terminal:
@@ -145,9 +145,16 @@ def train(
     run = RealRun(work, work / "runs" / name, output, code, time.monotonic() - start)
     (home.root / f"{name}.out").write_text(output)  # beside, not inside, the working directory: for a failure's reader
     assert code == expect, f"trainctl train {' '.join(args)} exited {code}:\n{output[-4000:]}"
-    if check_first:  # the launch reused the dry run's verdict (as a user's launch after a dry run does)
-        assert before and set(verdicts.glob("*")) == before, f"the launch of {name} did not reuse its dry run's verdict"
+    if check_first:  # the launch reused what its dry run cached (the verdict, the backend defaults): it built nothing
+        written = sorted(str(f.relative_to(cache)) for f, stamp in _files(cache).items() if before.get(f) != stamp)
+        assert any(f.parent.name == "validated" for f in before), f"the dry run of {name} left no verdict"
+        assert not written, f"the launch of {name} cached what its dry run had not: {written}"
     return run
+
+
+def _files(folder: Path) -> dict[Path, int]:
+    """Every file under `folder`, with the time it was last written."""
+    return {f: f.stat().st_mtime_ns for f in folder.rglob("*") if f.is_file()} if folder.is_dir() else {}
 
 
 @pytest.fixture(scope="session")

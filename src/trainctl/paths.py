@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -49,3 +50,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def keep_cached(path: Path, data: Callable[[], bytes]) -> None:
+    """Write what this process keeps in memory to its file in the cache folder, if the file is not there. A value
+    memoized in a process outlives a change of $TRAINCTL_CACHE (a test session, a server launching for several
+    homes); the processes the new folder's owner launches must find it there, not build it again (TRL's defaults
+    cost a launch ~8 s of CPU: they import TRL)."""
+    if not path.is_file():
+        atomic_write_bytes(path, data())

@@ -32,14 +32,24 @@ def test_the_defaults_are_trls_dataclass_fields_and_the_data_keys():
 
 
 def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt():
-    trl_dpo.trl_defaults.cache_clear()
+    trl_dpo._TRL_DEFAULTS.clear()
     tree = trl_dpo.trl_defaults()
     cached = sorted(paths.cache_dir().glob("trl-dpo-*.json"))
     assert cached and json.loads(cached[-1].read_text()) == tree
     cached[-1].write_text("{not json")
-    trl_dpo.trl_defaults.cache_clear()
+    trl_dpo._TRL_DEFAULTS.clear()
     assert trl_dpo.trl_defaults() == tree
     assert json.loads(cached[-1].read_text()) == tree
+
+
+def test_a_process_whose_cache_folder_changes_leaves_the_defaults_in_the_new_one(tmp_path, monkeypatch):
+    """The processes a launch starts read the defaults from the launch's cache folder: a process that knew them
+    under another folder (a test session's dry runs, a server) writes them there, not only keeps them in memory."""
+    tree = trl_dpo.trl_defaults()  # in this process's memory now
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "other"))
+    assert trl_dpo.trl_defaults() == tree
+    (cached,) = (tmp_path / "other").glob("trl-dpo-*.json")
+    assert json.loads(cached.read_text()) == tree
 
 
 def test_jsonable_keeps_plain_values_and_names_the_rest():

@@ -55,6 +55,15 @@ def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt():
     assert pickle.loads(cached[-1].read_bytes())[1] == keys
 
 
+def test_a_process_whose_cache_folder_changes_leaves_the_defaults_in_the_new_one(tmp_path, monkeypatch):
+    """As for TRL's (tests/backends/test_trl_dpo.py): the defaults this process holds go to its new cache folder."""
+    keys = verl.verl_keys("ppo_trainer")
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "other"))
+    assert verl.verl_keys("ppo_trainer") == keys
+    (cached,) = (tmp_path / "other").glob("verl-ppo_trainer-*.pkl")
+    assert pickle.loads(cached.read_bytes())[1] == keys
+
+
 def test_declares_the_fields_verls_dataclasses_add_to_its_yaml():
     backend = verl.VerlPPO()
     tree = backend.default_tree({})

@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from tests.real_runs import FAST_SFT, SFT_STEPS, trainctl
+from tests.real_runs import FAST_SFT, SFT_STEPS, dry_run, trainctl
 
 
 def _row(stdout: str, name: str) -> str:
@@ -66,9 +66,11 @@ def test_ls_show_and_follow_report_each_state_and_a_killed_run(real_home, sft_ru
     shutil.copytree(sft_run.path, runs / "sft")  # finished
     shutil.copytree(failed_run.path, runs / "boom")  # the trainer exited 1
     env = real_home.env(TRAINCTL_PROGRESS_EVERY="0")
+    args = [*FAST_SFT, "run.epochs=50", "run.name=long"]
+    dry_run(real_home, work, args, {"TRAINCTL_PROGRESS_EVERY": "0"})  # its launch reuses the verdict (~6 s of CPU)
 
     long = subprocess.Popen(
-        trainctl("train", *FAST_SFT, "run.epochs=50", "run.name=long"),
+        trainctl("train", *args),
         cwd=work,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -35,16 +35,37 @@ def _jsonable(value: Any) -> Any:
     return str(getattr(value, "value", value))
 
 
-@lru_cache(maxsize=1)
 def trl_defaults() -> dict:
     """DPOConfig and ModelConfig defaults, cached on disk per TRL and transformers version (TRL imports in ~5 s)."""
-    key = repr((importlib.metadata.version("trl"), importlib.metadata.version("transformers")))
+    key = _versions()
     cache = paths.cache_dir() / f"trl-dpo-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
+    text = _TRL_DEFAULTS.get(key)
+    if text is not None:
+        paths.keep_cached(cache, text.encode)
+        return json.loads(text)
     if cache.is_file():
+        text = cache.read_text()
         try:
-            return json.loads(cache.read_text())
-        except ValueError:
-            pass
+            json.loads(text)
+        except ValueError:  # a damaged cache is rebuilt
+            text = None
+    if text is None:
+        text = _build_trl_defaults()
+        paths.atomic_write_text(cache, text)
+    _TRL_DEFAULTS[key] = text
+    return json.loads(text)
+
+
+# this process's TRL defaults (versions -> JSON text), beside the cache folder's file
+_TRL_DEFAULTS: dict[str, str] = {}
+
+
+@lru_cache(maxsize=1)
+def _versions() -> str:
+    return repr((importlib.metadata.version("trl"), importlib.metadata.version("transformers")))
+
+
+def _build_trl_defaults() -> str:
     from trl import DPOConfig, ModelConfig
 
     tree: dict = {}
@@ -60,9 +81,7 @@ def trl_defaults() -> dict:
                 default = None
             tree.setdefault(f.name, _jsonable(default))
     tree.update(DATA_KEYS)
-    text = json.dumps(tree, indent=1)  # TRL's field order, fresh or cached
-    paths.atomic_write_text(cache, text)
-    return json.loads(text)
+    return json.dumps(tree, indent=1)  # TRL's field order, fresh or cached
 
 
 def _trl_defaults_config() -> DictConfig:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 def verl_keys(config_name: str, overrides: tuple[str, ...] = ()) -> set[str]:
     """Every key path of verl's default config (inner nodes included)."""
-    return _verl_defaults_cached(config_name, overrides)[1]
+    return _verl_defaults(config_name, overrides)[1]
 
 
 def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
@@ -39,24 +39,33 @@ def verl_defaults(config_name: str, overrides: tuple[str, ...] = ()) -> DictConf
     Cached on disk per verl version and file times as a pickled DictConfig: unpickling one takes ~6 ms,
     building one from a dict ~80 ms, composing it with Hydra ~500 ms.
     """
-    return pickle.loads(_verl_defaults_cached(config_name, overrides)[0])
+    return pickle.loads(_verl_defaults(config_name, overrides)[0])
 
 
 def verl_default_tree(config_name: str, overrides: tuple[str, ...] = ()) -> dict:
     """verl's composed defaults as plain data (interpolations kept). Shared: do not change it."""
-    return _verl_defaults_cached(config_name, overrides)[2]
+    return _verl_defaults(config_name, overrides)[2]
+
+
+def _verl_defaults(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str], dict]:
+    """verl's composed defaults, from this process's memory or the cache folder (kept in the folder either way)."""
+    found = _verl_defaults_cached(config_name, overrides)
+    paths.keep_cached(paths.cache_dir() / found[0], lambda: pickle.dumps(found[1:]))
+    return found[1:]
 
 
 @lru_cache(maxsize=16)
-def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[bytes, set[str], dict]:
+def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple[str, bytes, set[str], dict]:
+    """(the cache file's name, the defaults as a pickled DictConfig, their key paths, the plain tree)."""
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
     key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys+tree"))
-    cache = paths.cache_dir() / f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
+    name = f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
+    cache = paths.cache_dir() / name
     if cache.is_file():
         try:
             blob, keys, tree = pickle.loads(cache.read_bytes())
-            return blob, keys, tree
+            return name, blob, keys, tree
         except Exception:  # a damaged cache is rebuilt
             pass
     from hydra import compose, initialize_config_dir
@@ -86,7 +95,7 @@ def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple
     blob = pickle.dumps(OmegaConf.create(container))  # without Hydra's struct flags
     keys = key_paths(container)
     paths.atomic_write_bytes(cache, pickle.dumps((blob, keys, container)))
-    return blob, keys, container
+    return name, blob, keys, container
 
 
 def _overrides(group_choices: dict[str, str]) -> tuple[str, ...]:
