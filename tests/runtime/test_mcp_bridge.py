@@ -230,9 +230,14 @@ def test_a_shared_server_starts_when_a_worker_builds_its_tools_on_its_loop_and_n
             await asyncio.sleep(0.1)
         pid = (await _execute(tool, {}))[0].text
         assert [p.pid for p in processes_running(tag)] == [int(pid)], "the call used the server started in advance"
+        return tool.spec(), int(pid)
 
-    asyncio.run(worker())
-    assert not wait_gone(tag), "the server held by the worker's loop stops when that loop ends"
+    spec, pid = asyncio.run(worker())
+    # the process's bridge holds it, not the loop: it serves the process's later calls, until the bridge closes it
+    assert [p.pid for p in processes_running(tag)] == [pid]
+    b = mb.bridge()
+    b.run(b.close_key(("shared", spec)), timeout=30)
+    assert not wait_gone(tag), "the server stops when the bridge closes its connection"
 
 
 CHILD = textwrap.dedent(
@@ -292,8 +297,8 @@ def _entries(servers, log_dir, **kwargs) -> dict:
 @pytest.mark.parametrize("built", ["outside a loop", "on the worker's loop"])
 def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path, built):
     """The call in flight gets an error result, the next call starts the server again, the call log marks that
-    call and the step's metrics count it: through the bridge's thread (tools built outside a loop) and on the
-    loop that built the tools (verl's agent-loop worker: the connections live on that loop)."""
+    call and the step's metrics count it: for tools built outside a loop and on the loop that then calls them
+    (verl's agent-loop worker), both through the process's bridge thread."""
     from trainctl.runtime.tool_metrics import call_metrics
 
     tag = uuid.uuid4().hex
@@ -306,8 +311,7 @@ def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path, bu
 
     async def scenario():
         tools.update(tools or build())
-        b = tools["pid"]._bridge()
-        assert b.home == (built != "outside a loop")
+        b = mb.bridge()
         restarts = b.restarts.get("testing", 0)  # the process's bridge has served earlier tests
         first = int((await _execute(tools["pid"], {}))[0].text)
         in_flight = asyncio.ensure_future(_execute(tools["sleep"], {"seconds": 15}))
@@ -318,8 +322,6 @@ def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path, bu
         waited = time.perf_counter() - start
         again = await _execute(tools["pid"], {})
         assert b.restarts.get("testing", 0) == restarts + 1
-        if b.home:  # the connection is the loop's own: the process's bridge thread holds none
-            assert b.open_keys() and not any(k in mb.bridge().open_keys() for k in b.open_keys())
         return first, killed, waited, again
 
     first, killed, waited, again = asyncio.run(scenario())
@@ -336,9 +338,7 @@ def test_a_stdio_server_killed_mid_run_is_started_again_and_counted(tmp_path, bu
     # where a call's time went: the server's part and the hops between the caller's loop and the bridge's
     ok = log[0]
     assert ok["seconds"] >= ok["server_seconds"] > 0 and ok["hop_in_seconds"] >= 0 and ok["hop_out_seconds"] >= 0
-    if built == "outside a loop":
-        asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
-    # on the worker's loop, the server stopped when that loop ended
+    asyncio.run(mb.bridge().acall(mb.bridge().close_all()))
     assert not wait_gone(tag)
 
 

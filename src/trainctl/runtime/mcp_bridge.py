@@ -17,11 +17,13 @@ is marked in the call log (`server_restart`), which the tool metrics count (tool
 Why a thread with its own event loop: an MCP connection is a set of anyio tasks owned by the task that opened it
 (trainctl.mcp.connection), and tools are called from loops that may end (`asyncio.run` in a command) and from
 threads without one. One long-lived loop per process owns those connections; callers on any loop or thread submit
-coroutines to it. The exception is verl's agent-loop worker: it builds its tools on the loop that then runs every
-trajectory for the life of the process, and MCPTool keeps its connections on that loop (`bridge(home)`), so a call
-crosses no thread: in a burst of calls each hop to a bridge thread and back waited for the GIL behind the worker's
-busy loop and its tokenizing threads. stdio servers started here stop when the process exits (atexit; stdin closes
-on a kill), or with the loop that holds them.
+coroutines to it. verl's agent-loop worker calls its tools from the loop that runs every trajectory; when a step's
+trajectories end their turns together, that loop is busy for a few hundred milliseconds with their tokenizing and
+requests. A call's messages (the SDK's writer, reader and session tasks: four hops through a loop's queue) then
+wait on the bridge's own loop, not behind that work: only the answer's hand-back does (tool call median in a 4-step
+agent run with 2 agent-loop workers: 36-65 ms through the bridge thread in 5 runs, 55-76 ms on the worker's loop in 2;
+benchmarks/bench_agents.py). stdio servers started here stop when the process exits (atexit; stdin closes on a
+kill).
 
 verl names the tool class by dotted path in tools.yaml, and run folders keep theirs: resuming a run reads its
 tools.yaml, so `trainctl.runtime.mcp_bridge.MCPTool` must stay importable under this name.
@@ -100,13 +102,10 @@ class _Down:
 class Bridge:
     """The process's MCP connections and the event loop thread that owns them (get one with `bridge()`)."""
 
-    def __init__(self, home: asyncio.AbstractEventLoop | None = None):
-        # home: a caller's own long-lived loop that owns the connections itself (no thread, see `bridge`)
-        self.home = home is not None
-        self.loop = home or asyncio.new_event_loop()
-        if not self.home:
-            self._thread = threading.Thread(target=self._run, name="trainctl-mcp-bridge", daemon=True)
-            self._thread.start()
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="trainctl-mcp-bridge", daemon=True)
+        self._thread.start()
         self._connections: dict[Any, Connection] = {}
         self._opening: dict[Any, asyncio.Future] = {}
         self._lost: set = set()  # keys whose connection went away: opening them again is a restart
@@ -200,11 +199,6 @@ class Bridge:
         if self.closed:
             return
         self.closed = True
-        if self.home:  # a caller's loop: close what it holds while it still runs, never stop it
-            if self.loop.is_running() and not _on_loop(self.loop):
-                with contextlib.suppress(Exception):
-                    self.run(self.close_all(), timeout=CLOSE_TIMEOUT + 5)
-            return
         with contextlib.suppress(Exception):
             self.run(self.close_all(), timeout=CLOSE_TIMEOUT + 5)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -224,43 +218,16 @@ _BRIDGE_LOCK = threading.Lock()
 
 def _forget_after_fork() -> None:
     # a forked child (a data-loader worker) inherits the bridge object but not its thread: start afresh if needed
-    global _BRIDGE, _BRIDGE_LOCK, _HOME_BRIDGES
-    _BRIDGE, _BRIDGE_LOCK, _HOME_BRIDGES = None, threading.Lock(), weakref.WeakKeyDictionary()
+    global _BRIDGE, _BRIDGE_LOCK
+    _BRIDGE, _BRIDGE_LOCK = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-_HOME_BRIDGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> its bridge, while the loop lives
-
-
-@atexit.register
-def _shutdown_home_bridges() -> None:
-    for b in list(_HOME_BRIDGES.values()):
-        b.shutdown()
-
-
-def bridge(home: asyncio.AbstractEventLoop | None = None) -> Bridge:
-    """This process's bridge, started on first use; its servers stop when the process exits (atexit).
-
-    With `home`, the bridge of that event loop instead: its connections live on the loop itself, so calls made on
-    it cross no thread. verl's agent-loop worker runs every trajectory on one loop for the life of the process; a
-    call that hops to a bridge thread and back there waits twice for the GIL behind that busy loop (in a step's
-    burst of calls, medians of up to 17 ms in and 40 ms out on 2 cores: benchmarks/bench_agents.py)."""
+def bridge() -> Bridge:
+    """This process's bridge, started on first use; its servers stop when the process exits (atexit)."""
     global _BRIDGE
-    if home is not None:
-        with _BRIDGE_LOCK:
-            b = _HOME_BRIDGES.get(home)
-            if b is None or b.closed:
-                b = _HOME_BRIDGES[home] = Bridge(home)
-            return b
     with _BRIDGE_LOCK:
         if _BRIDGE is None or _BRIDGE.closed:
             _BRIDGE = Bridge()
@@ -298,11 +265,10 @@ async def call(
     timeout: float = DEFAULT_CALL_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     key: Any = None,
-    home: asyncio.AbstractEventLoop | None = None,
 ) -> CallOutcome:
     """call_tool, with whether this call brought its server back and how long the call itself took (the server's
     start or connection not counted). Raises ToolCallError as call_tool does."""
-    b = bridge(home)
+    b = bridge()
     key = key if key is not None else ("shared", spec)
     called = time.perf_counter()
 
@@ -349,7 +315,6 @@ async def model_answer(
     timeout: float = DEFAULT_CALL_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     key: Any = None,
-    home: asyncio.AbstractEventLoop | None = None,
 ) -> CallOutcome:
     """What the model reads for one call, as MCPTool answers verl: the server's text, an error text for an error
     result or for no result at all (never raises, but for cancellation). `seconds` is the whole call as the caller
@@ -366,7 +331,6 @@ async def model_answer(
             timeout=timeout,
             connect_timeout=connect_timeout,
             key=key,
-            home=home,
         )
         text, error, restarted = outcome.text, outcome.is_error, outcome.server_restart
         server_seconds = outcome.server_seconds
@@ -439,20 +403,7 @@ def _mcp_tool_class():
             self._spec: ServerSpec | None = None
             self._instances: dict[str, dict] = {}
             self._trajectories: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-            # verl's agent-loop worker builds its tools on the loop that runs its trajectories: calls made on that
-            # loop keep their connections there (bridge(home))
-            try:
-                self._home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                self._home = None
             self._warm()
-
-        def _home_now(self) -> asyncio.AbstractEventLoop | None:
-            """The tools' home loop when this runs on it (verl's worker), else None (the process's bridge)."""
-            return self._home if self._home is not None and _on_loop(self._home) else None
-
-        def _bridge(self) -> Bridge:
-            return bridge(self._home_now())
 
         def _warm(self) -> None:
             """Start connecting now, on the bridge's loop: verl builds its tools when an agent-loop worker starts,
@@ -466,7 +417,7 @@ def _mcp_tool_class():
                 spec = self.spec()
             except ToolCallError:
                 return  # the first call says why
-            b = self._bridge()
+            b = bridge()
             key = ("shared", spec)
             if key in b.open_keys():
                 return
@@ -493,7 +444,7 @@ def _mcp_tool_class():
             if key not in self._trajectories and agent_data is not None:
                 # the trajectory's state object goes away when verl finishes the trajectory: close its session then
                 self._trajectories[key] = agent_data
-                b = self._bridge()
+                b = bridge()
                 weakref.finalize(agent_data, lambda: b.closed or b.submit(b.close_key(key)))
             return key
 
@@ -513,7 +464,6 @@ def _mcp_tool_class():
                     timeout=self.timeout,
                     connect_timeout=self.connect_timeout,
                     key=self._key(spec, instance_id, agent_data),
-                    home=self._home_now(),
                 )
             if self.log is not None:
                 record = {
@@ -544,7 +494,7 @@ def _mcp_tool_class():
             self._instances.pop(instance_id, None)
             if self.session == "trajectory" and self._spec is not None:
                 key = ("instance", self._spec, instance_id)
-                b = self._bridge()
+                b = bridge()
                 if key in b.open_keys():
                     await b.acall(b.close_key(key))
 
