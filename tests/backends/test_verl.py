@@ -103,7 +103,8 @@ def test_ppo_runs_main_ppo_on_a_ray_of_its_own_or_the_clusters():
         f"hydra.run.dir={run_dir}", *HYDRA,
     ]  # fmt: skip
     # never a cluster from the caller's RAY_ADDRESS on a local launch
-    assert command.env == {"RAY_ADDRESS": "local"} and command.launcher == "local"
+    assert command.env == {"RAY_ADDRESS": "local", "RAY_prestart_worker_first_driver": "0"}
+    assert command.launcher == "local"
     # the raw command: verl's own main_ppo with every key trainctl sets, no trainctl file needed
     assert command.raw_argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
     assert command.raw_argv[3:-3] == plan.built.raw_overrides()

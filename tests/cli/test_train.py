@@ -19,7 +19,7 @@ def test_dry_run_prints_the_plan(cli, tiny_model, arith_data, no_processes):
     # the exact launch command, and the numbers users ask about
     assert "torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer" in out
     assert "steps per epoch              16          512 rows // 32 (last partial batch dropped)" in out
-    assert "gradient accumulation steps  16          32 / 2" in out
+    assert "gradient accumulation steps  1           32 / 32" in out
     assert out.rstrip().endswith("Dry run: nothing was started.")
     assert result.stderr == ""  # model and data are present: no warnings
     assert not no_processes

@@ -209,8 +209,10 @@ class VerlPPO(_Verl):
     def env(self, cfg: Config) -> dict[str, str]:
         if launchers.get(cfg.hardware.launcher).ray == "own":
             # a Ray of its own: never a cluster from the caller's RAY_ADDRESS or a stale /tmp/ray session file
-            # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ...")
-            return {"RAY_ADDRESS": "local"}
+            # (ray.init() would then refuse num_cpus: "When connecting to an existing cluster ..."), and no idle
+            # workers started with main_ppo's connection: they lack the runtime environment (env_vars) it gives
+            # every actor, so none is ever used (two a run here, ~1.3 s of CPU each)
+            return {"RAY_ADDRESS": "local", "RAY_prestart_worker_first_driver": "0"}
         return super().env(cfg)
 
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
