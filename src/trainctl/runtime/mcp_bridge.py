@@ -21,7 +21,7 @@ coroutines to it. verl's agent-loop worker calls its tools from the loop that ru
 trajectories end their turns together, that loop is busy for a few hundred milliseconds with their tokenizing and
 requests. A call's messages (the SDK's writer, reader and session tasks: four hops through a loop's queue) then
 wait on the bridge's own loop, not behind that work: only the answer's hand-back does (tool call median in a 4-step
-agent run with 2 agent-loop workers: 36-65 ms through the bridge thread in 5 runs, 55-76 ms on the worker's loop in 2;
+agent run with 2 agent-loop workers: 30-65 ms through the bridge thread in 8 runs, 55-76 ms on the worker's loop in 2;
 benchmarks/bench_agents.py). stdio servers started here stop when the process exits (atexit; stdin closes on a
 kill).
 
