@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared import once
+from tests.shared import once, shared_dir
 
 # pytest keeps the test modules it rewrites (for its assertion messages) in __pycache__ only when bytecode may be
 # written: with PYTHONDONTWRITEBYTECODE set (this machine and CI set it), each xdist worker rewrote all ~240 test
@@ -34,8 +35,11 @@ pytest_plugins = ["tests.real_runs"]
 # pytest-xdist hands whole files to its workers in collection order (pyproject's --no-loadscope-reorder keeps ours;
 # xdist's default puts files with the most tests first, which left the 1-test training files for the end): the files
 # that train for real go first, the longest first (`pytest --durations` on this machine), each session run's maker
-# before the files that only read it, so that no worker waits for a run the other is making and the quick files fill
-# in at the end
+# before the files that only read it, so that no worker waits for a run the other is making. Then files that mostly
+# wait (for servers, runs, timeouts: their processes use less than a core) alternate with files that compute in the
+# worker, so that while one worker waits the other computes: on 2 cores the suite is CPU-bound, and with the waiting
+# files together (as they were) both cores idled for a quarter of a minute-long stretch. The quick files fill in at
+# the end, where their small size lets both workers finish together.
 HEAVY_FIRST = (
     # the longest session run (tiny-tools' warm start, then 10 agent steps): one worker's first
     "tests/launch/test_agent_grpo.py",
@@ -48,19 +52,45 @@ HEAVY_FIRST = (
     "tests/launch/test_lora.py",
     "tests/launch/test_run_record.py",  # the wandb run
     "tests/launch/test_sft.py",  # the failing run
-    "tests/runs/test_status.py",
+    # waiting, computing, waiting, ... (seconds on this machine: wall / CPU of the worker and what it started)
+    "tests/runs/test_status.py",  # 36 / 23
+    "tests/config/test_compose.py",  # 47 / 46
+    "tests/runtime/test_mcp_bridge.py",  # 52 / 35
+    "tests/checks/test_tools.py",  # 31 / 30
     "tests/launch/test_interrupt.py",
-    "tests/runtime/test_mcp_bridge.py",
-    "tests/mcp/",  # real MCP servers started and listed (moved out of test_mcp_bridge.py)
-    "tests/runtime/test_verl_patches.py",
+    "tests/checks/test_broken_configs.py",  # 18 / 18
+    "tests/mcp/",  # 13 / 9
+    "tests/checks/test_lora.py",  # 17 / 17
+    "tests/runtime/test_verl_patches.py",  # 21 / 21, in processes that mostly wait
+    "tests/models/test_catalog.py",  # 13 / 13
     "tests/launch/test_ppo.py",  # reads the GRPO and agent runs
-    "tests/serve/test_api.py",  # a real job through the API
-    "tests/serve/test_browser.py",  # a real job from the launch form
-    "tests/launch/",
+    "tests/serve/test_api.py",  # 19 / 22: a real job through the API
+    "tests/checks/test_reward.py",  # 14 / 13
+    "tests/serve/test_browser.py",  # 8 / 6: a real job from the launch form
+    "tests/checks/test_memory.py",  # 10 / 10
+    "tests/launch/",  # test_learning reads every session run
+    "tests/cli/test_main.py",  # 10 / 9
+    "tests/runtime/test_judge.py",  # 15 / 10
+    "tests/config/test_schema.py",  # 7 / 7
+    "tests/inference/",  # 28 / 31
+    "tests/backends/rewards/test_model.py",  # 7 / 7
+    "tests/launchers/",  # 15 / 4
+    "tests/cli/test_train.py",  # 6 / 6
+    "tests/runtime/test_tool_agent_loop.py",  # 16 / 16, in processes that mostly wait
+    "tests/cli/test_config.py",  # 6 / 6
+    "tests/models/test_pull.py",  # 15 / 7
+    "tests/checks/",  # 8 / 8
+    "tests/cli/test_tools.py",  # 13 / 12
+    "tests/data/test_rewards.py",  # 5 / 5
+    "tests/toolenv/",  # 12 / 10
+    "tests/golden/",  # 5 / 5
+    "tests/eval/",  # 25 / 20
+    "tests/data/test_gen_tasks.py",  # 11 / 10
+    "tests/runtime/",  # 30 / 20
+    "tests/backends/",  # 12 / 12
+    "tests/serve/test_security.py",  # 5 / 3
     "tests/ckpt/",
-    "tests/eval/",
     "tests/runs/",
-    "tests/runtime/",
 )
 
 
@@ -78,6 +108,22 @@ def pytest_collection_modifyitems(config, items):
             # the test that makes the session's agent run, or waits for it on another worker, spends 9-10 minutes
             # in setup on this machine: the suite's timeout (pyproject: 600 s, a hang guard) would cut it
             item.add_marker(pytest.mark.timeout(1800))
+
+
+# Every 50 tests a worker collects its garbage and freezes what survives (gc.freeze: moved out of the collector's
+# generations). A worker holds torch, verl, transformers and Ray once a test has imported them, and the compositions'
+# OmegaConf nodes set off full collections that walked all of it: 27 s of the two workers' CPU in a suite. Frozen,
+# they are skipped; objects made after a freeze are collected as before.
+FREEZE_EVERY = 50
+_tests_done = [0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    _tests_done[0] += 1
+    if _tests_done[0] % FREEZE_EVERY == 0:
+        gc.collect()
+        gc.freeze()
 
 
 # Credentials and cluster addresses from the developer's shell must not leak into tests.
@@ -110,15 +156,24 @@ def session_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("session")
 
 
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    """The cache folder of every test that does not choose its own: one for the session, shared by the pytest-xdist
+    workers as users' processes share theirs (its files are written to a temporary name and renamed). A composition,
+    a verdict or a backend's defaults one worker made, the other reads: 52 of the two workers' ~360 compositions
+    were the same."""
+    return shared_dir(tmp_path_factory) / "cache"
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch, session_dir) -> Path:
-    """TRAINCTL_HOME, the cache and the working directory in tmp; the cache is shared by the session."""
+def isolated(tmp_path, monkeypatch, session_cache) -> Path:
+    """TRAINCTL_HOME and the working directory in tmp; the cache is shared by the session."""
     home = tmp_path / "home"
     home.mkdir()
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("TRAINCTL_HOME", str(home))
-    monkeypatch.setenv("TRAINCTL_CACHE", str(session_dir / "cache"))
+    monkeypatch.setenv("TRAINCTL_CACHE", str(session_cache))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))

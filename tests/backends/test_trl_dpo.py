@@ -31,7 +31,8 @@ def test_the_defaults_are_trls_dataclass_fields_and_the_data_keys():
     assert TrlDPO().defaults({}).beta == tree["beta"]
 
 
-def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt():
+def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "cache"))  # damaged here, not in the session's cache
     trl_dpo._TRL_DEFAULTS.clear()
     tree = trl_dpo.trl_defaults()
     cached = sorted(paths.cache_dir().glob("trl-dpo-*.json"))

@@ -41,7 +41,8 @@ def test_a_group_choice_composes_verls_option_and_an_unknown_one_lists_what_ther
     assert "fsdp" in problem.hint.removeprefix("available: ").split(", ")
 
 
-def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt():
+def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "cache"))  # damaged here, not in the session's cache
     verl._verl_defaults_cached.cache_clear()
     verl.verl_keys("ppo_trainer")  # composed (or read) and written to the cache
     cached = sorted(paths.cache_dir().glob("verl-ppo_trainer-*.pkl"))

@@ -60,6 +60,19 @@ def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def _wait_exited(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """The processes still running after up to `timeout` seconds. A zombie has exited (only its parent's wait is
+    left), so it counts as gone: psutil.wait_procs waits for a process that is not its caller's child until it is
+    reaped, and a run's processes are orphans whose new parent, a container's PID 1, may reap late or never (the
+    watchdog then waited out the whole grace before it could record the kill)."""
+    deadline = time.monotonic() + timeout
+    alive = _alive(procs)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = _alive(alive)
+    return alive
+
+
 def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadline: float = 25.0) -> int:
     """SIGTERM every process of the run, SIGKILL what is left after `grace` seconds, and scan again until none is
     left or `deadline` seconds have passed (a shutting-down Ray may still start a process). Returns how many
@@ -79,11 +92,11 @@ def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadl
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM if p.pid not in signalled else signal.SIGKILL)
             signalled.add(p.pid)
-        _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+        alive = _wait_exited(procs.values(), grace)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _wait_exited(alive, 5)
         if time.monotonic() - start > deadline:
             return len(signalled)
         extra = []
