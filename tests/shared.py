@@ -48,3 +48,19 @@ def install_entry_point(site: Path, dist: str, group: str, name: str, value: str
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n")
+
+
+def processes_with(procs, text: str) -> list:
+    """The processes among `procs` whose command line contains `text`, skipping any that exited meanwhile or are
+    zombies (a worker's children include every earlier test's exited-but-unreaped processes: psutil raises on their
+    command lines)."""
+    import psutil
+
+    found = []
+    for p in procs:
+        try:
+            if text in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found

@@ -32,6 +32,7 @@ import pytest
 from tests.launch.test_learning import GRPO_REWARD_GAIN
 from tests.learning import assert_learned
 from tests.real_runs import TERMINAL, trainctl
+from tests.shared import processes_with
 
 NAME = "faults"
 STEPS = 12
@@ -183,7 +184,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
     log = work / "runs" / NAME / "logs" / "attempt-3.log"
     third.wait(lambda: log.is_file() and "ready to fit" in log.read_text(errors="replace"), "attempt 3's training")
-    workers = [p for p in map(psutil.Process, third.seen & set(psutil.pids())) if "WorkerDict" in " ".join(p.cmdline())]
+    workers = processes_with(map(psutil.Process, third.seen & set(psutil.pids())), "WorkerDict")
     assert workers, "verl's actor worker among the run's processes"
     assert third.steps(3) == [], "killed before the attempt's first step ended"
     workers[0].kill()

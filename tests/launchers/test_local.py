@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.shared import processes_with
 from trainctl.launchers.tree import MARK_VAR, marked
 
 
@@ -109,7 +110,7 @@ def test_runs_stop_finishes_what_a_killed_supervisor_left(tmp_path, cli):
     """A supervisor killed before its watchdog existed (or with the watchdog gone too): runs stop cleans up."""
     run = tmp_path / "r"
     proc, pids = _start(run)
-    watchdogs = [p for p in psutil.Process(proc.pid).children() if "trainctl.launch.watchdog" in p.cmdline()]
+    watchdogs = processes_with(psutil.Process(proc.pid).children(), "trainctl.launch.watchdog")
     for w in watchdogs:
         w.kill()
     proc.kill()
