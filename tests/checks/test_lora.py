@@ -125,8 +125,14 @@ def test_a_qlora_plan_on_one_gpu_composes_and_validates(cli, tiny_model):
 
 
 FAMILIES = [("sft", "arith"), ("dpo", "hh-rlhf"), ("grpo", "arith"), ("ppo", "arith")]
-# every shipped option for each family; QLoRA for DPO on a GPU option (verl's families refuse it: BAD above)
-OPTIONS = [(lora, a, d) for lora in ("r8", "r16", "r32") for a, d in FAMILIES] + [("qlora-r16", "dpo", "hh-rlhf")]
+RANKS = ("r8", "r16", "r32")
+# every shipped option for each family (the ranks differ only in rank and alpha: each family under one of them in
+# `make test`, every pair with the slow tests); QLoRA for DPO on a GPU option (verl's families refuse it: BAD above)
+OPTIONS = [
+    pytest.param(lora, a, d, marks=() if RANKS[i % len(RANKS)] == lora else pytest.mark.slow)
+    for lora in RANKS
+    for i, (a, d) in enumerate(FAMILIES)
+] + [("qlora-r16", "dpo", "hh-rlhf")]
 
 
 def test_the_shipped_lora_options():

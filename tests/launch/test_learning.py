@@ -153,31 +153,32 @@ def test_ppo_with_its_critic_learns(cli, ready, tmp_path):
     assert_learned(run, "critic/vf_loss", 0.0, window=3, lower=True)  # the critic fits the returns better
 
 
-def test_the_check_fails_when_learning_is_broken(cli, ready, tmp_path):
-    """DPO with a learning rate of 0: nothing moves, and the very assertion the DPO test makes fails."""
-    result = cli("train", *FAST_DPO, "run.max_steps=8", "run.val_every=8", "learning_rate=0.0", "run.name=frozen")
+def test_dpo_from_an_sft_run_records_its_lineage_and_at_a_learning_rate_of_0_fails_the_check(
+    cli, ready, sft_run, tmp_path
+):
+    """SFT -> DPO: model=runs/sft is the SFT run's latest checkpoint, merged once into the cache. The run's learning
+    rate is 0, so nothing moves, and the very assertion the DPO learning test makes fails (one TRL run for both)."""
+    runs = tmp_path / "work" / "runs"
+    shutil.copytree(sft_run.path, runs / "sft")
+    result = cli(
+        "train", *FAST_DPO, "model=runs/sft", "run.max_steps=2", "run.val_every=2", "learning_rate=0.0",
+        "run.name=frozen",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
-    run = tmp_path / "work" / "runs" / "frozen"
+    run = runs / "frozen"
+    lineage = json.loads((run / "lock.json").read_text())["lineage"]
+    assert lineage["run"] == str(runs / "sft") and lineage["step"] == SFT_STEPS and lineage["base"] == "tiny"
+    assert lineage["checkpoint"] == str(runs / "sft" / "checkpoints" / f"global_step_{SFT_STEPS}")
+    backend = yaml.safe_load((run / "trl_dpo.yaml").read_text())
+    assert backend["model_name_or_path"] == lineage["merged"], "TRL trains the merged SFT checkpoint"
+    shown = cli("runs", "show", "frozen")
+    assert f"  from        {runs / 'sft'} step {SFT_STEPS} (model=tiny)" in shown.stdout, shown.stdout
+
     accuracies = [v for _, v in series(held_out(run), "eval/rewards/accuracies")]
-    assert len(accuracies) == 2, accuracies
+    assert len(accuracies) == 2, accuracies  # before training and after its last step
     assert moved(accuracies, DPO_ACCURACY_GAIN) is not None
     with pytest.raises(AssertionError, match=r"frozen did not learn: eval/rewards/accuracies rose by 0\.0000"):
         assert_learned(run, "eval/rewards/accuracies", DPO_ACCURACY_GAIN)
-
-
-def test_dpo_from_an_sft_run_records_its_lineage(cli, ready, sft_run, tmp_path):
-    """SFT -> DPO: model=runs/sft is the SFT run's latest checkpoint, merged once into the cache."""
-    runs = tmp_path / "work" / "runs"
-    shutil.copytree(sft_run.path, runs / "sft")
-    result = cli("train", *FAST_DPO, "model=runs/sft", "run.max_steps=2", "run.name=dpo-after-sft")
-    assert result.exit_code == 0, result.output
-    lineage = json.loads((runs / "dpo-after-sft" / "lock.json").read_text())["lineage"]
-    assert lineage["run"] == str(runs / "sft") and lineage["step"] == SFT_STEPS and lineage["base"] == "tiny"
-    assert lineage["checkpoint"] == str(runs / "sft" / "checkpoints" / f"global_step_{SFT_STEPS}")
-    backend = yaml.safe_load((runs / "dpo-after-sft" / "trl_dpo.yaml").read_text())
-    assert backend["model_name_or_path"] == lineage["merged"], "TRL trains the merged SFT checkpoint"
-    shown = cli("runs", "show", "dpo-after-sft")
-    assert f"  from        {runs / 'sft'} step {SFT_STEPS} (model=tiny)" in shown.stdout, shown.stdout
 
 
 def test_grpo_from_an_sft_run_plans_from_its_merged_checkpoint(cli, ready, sft_run, tmp_path):
