@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import typer
@@ -70,6 +71,14 @@ def _root(
     pass
 
 
+@functools.cache
+def command():
+    """The click command Typer builds from `app`, once a process: building it reads every command's parameters from
+    its signature (~70 ms, which `app()` pays on every call), and the test suite runs the CLI in its processes many
+    times. With pretty exceptions off, `app()` does nothing more than call it."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every known failure becomes `Error:`/`Hint:` lines and an exit code (0 ok, 1 problem, 2 usage).
 
@@ -83,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
 
         show_debug_log()  # library warnings trainctl routes there (trainctl.silence.library_logs)
     try:
-        app(args=argv, prog_name="trainctl")
+        command()(args=argv, prog_name="trainctl")
     except TrainctlError as e:
         if debug():
             raise
