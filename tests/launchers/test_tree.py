@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 import psutil
+import pytest
 
-from trainctl.launchers.tree import MARK_VAR, new_mark, stop_marked
+from trainctl.launchers.tree import MARK_VAR, marked, new_mark, stop_marked
 
 # An unmarked parent that starts a marked process and never waits for it: once stopped, that process stays a zombie,
 # as a run's orphans do until a container's PID 1 gets round to reaping them
@@ -34,3 +36,40 @@ def test_a_stopped_process_its_parent_has_not_reaped_counts_as_stopped():
     finally:
         parent.kill()
         parent.wait()
+
+
+def _started_as(pid: int, argv: list[str], env: dict) -> subprocess.Popen:
+    """A process started with the given PID (free again), through the kernel's ns_last_pid (root only)."""
+    for _ in range(50):  # another process may take the PID first: try again
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(argv, env=env)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.fail(f"PID {pid} was taken every time")
+
+
+def test_a_marked_process_on_a_reused_pid_is_found_and_stopped():
+    """A run's process that got the PID of a process gone since the last scan: psutil.process_iter() would hand back
+    its cached Process for the gone one, which is not running, and the live one was left running."""
+    if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):  # as the browser tests skip without chromium
+        pytest.skip("reusing a PID takes a writable /proc/sys/kernel/ns_last_pid (root, outside a read-only /proc/sys)")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    psutil.process_iter.cache_clear()  # what earlier scans of this process cached plays no part
+    gone = subprocess.Popen(sleeper)
+    mark = new_mark()
+    assert marked(mark) == []  # a scan while `gone` runs under its PID
+    gone.kill()
+    gone.wait()
+    time.sleep(0.05)  # psutil tells processes apart by PID and start time in clock ticks: not in the same tick
+    run = _started_as(gone.pid, sleeper, {**os.environ, MARK_VAR: mark})
+    try:
+        (found,) = marked(mark)
+        assert found.pid == run.pid and found.is_running(), "the live process, not the one gone from its PID"
+        assert stop_marked(mark, grace=10) == 1
+        assert run.wait(timeout=10) == -15  # SIGTERM
+    finally:
+        run.kill()
+        run.wait()

@@ -29,10 +29,14 @@ def marked(mark: str) -> list[psutil.Process]:
     """The live processes carrying this mark (this process excluded)."""
     me = os.getpid()
     found = []
-    for proc in psutil.process_iter():
-        if proc.pid == me:
+    # not psutil.process_iter(): it yields the Process it cached at its last call for every PID still listed, and
+    # for a PID reused since then (a suite or a busy node wraps the PID space) that is the exited process's; its
+    # is_running() is then False, and the run's live process went unstopped
+    for pid in psutil.pids():
+        if pid == me:
             continue
         try:
+            proc = psutil.Process(pid)
             if proc.environ().get(MARK_VAR) == mark and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:  # gone, or another user's
