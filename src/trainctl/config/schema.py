@@ -236,6 +236,33 @@ class Tools:
 
 
 @dataclass
+class Slurm:
+    """hardware.launcher=slurm: the options of the batch job trainctl submits (trainctl.launchers.slurm). Each
+    becomes an `#SBATCH` line of the script written to the run folder (runs/NAME/slurm.sbatch)."""
+
+    partition: str | None = opt("the partition (sbatch --partition; null: the cluster's default)")
+    account: str | None = opt("the account the job is charged to (sbatch --account; null: your default)")
+    qos: str | None = opt("the quality of service (sbatch --qos; null: the default)")
+    time: int | str | None = opt(
+        "the job's time limit, as Slurm writes it: MINUTES, HH:MM:SS or DAYS-HH:MM:SS (sbatch --time; null: the "
+        "partition's default)"
+    )
+    cpus_per_node: int | None = opt(
+        "CPUs the job takes on each node (sbatch --cpus-per-task, one task a node; null: Slurm's default)", ge=1
+    )
+    mem: str | None = opt("memory per node, e.g. 64G (sbatch --mem; null: Slurm's default)")
+    setup: list[str] = opt(
+        "shell lines the job runs before anything starts, e.g. module load cuda or source .venv/bin/activate", []
+    )
+    extra_args: list[str] = opt(
+        "more sbatch options, each as written on sbatch's command line: --exclusive, --constraint=a100", []
+    )
+    # each node's other Ray ports follow it (a few hundred above), so that nodes sharing a host do not collide
+    ray_port: int = opt("the Ray head's port on the first node (PPO family)", 6379, ge=1024, le=60000)
+    rdzv_port: int = opt("torchrun's rendezvous port on the first node (SFT and DPO)", 29400, ge=1024, le=65535)
+
+
+@dataclass
 class Hardware:
     name: str = doc("the hardware option's name")
     nnodes: int = doc("machines", ge=1)
@@ -243,7 +270,8 @@ class Hardware:
     device: Literal["cpu", "cuda"] = doc("cpu or cuda")
     # a registered launcher's name (trainctl.launchers): checked against the registry, which plugins extend
     launcher: str = doc(
-        "how the run starts: local (this machine), ray_cluster (join a running Ray cluster), ray_job (its Jobs API)"
+        "how the run starts: local (this machine), ray_cluster (join a running Ray cluster), ray_job (its Jobs API), "
+        "slurm (a batch job: hardware.slurm)"
     )
     rollout_engine: str = doc("the engine that samples RL responses: vllm or sglang on GPUs, hf on cpu")
     gpu_memory_gb: float | None = opt("memory per accelerator in GiB, for fit checks (null: not a GPU)", gt=0)
@@ -276,6 +304,7 @@ class Hardware:
         "to every token holder",
         [],
     )
+    slurm: Slurm = opt("the batch job's options, with hardware.launcher=slurm (partition, account, time, ...)", Slurm)
 
 
 # --- lora (issue 14): the `lora` group ---
