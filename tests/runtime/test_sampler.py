@@ -174,6 +174,41 @@ def test_stop_strings_end_the_response_where_the_text_first_contains_them(model,
         generate(model, [prompt], SamplingParams(12, 0.0, stop=(stop,)), [EOS])
 
 
+def test_prompt_log_probs_and_the_likeliest_tokens_come_from_the_batch_as_alone(model):
+    """vLLM's prompt_logprobs and logprobs (what `model serve` answers to echo and logprobs): per prompt token its
+    log-prob given the tokens before it, per sampled token the k likeliest; in a batch with rows that ask for none
+    and a row too long to share the prefill that keeps every position's logits."""
+    prompts = _prompts(5, seed=4)
+    asks = [(3, 2), (None, None), (0, None), (1, 5), (None, 0)]  # (prompt_logprobs, logprobs) per row
+    sampler = BatchSampler(model, [EOS], max_prompt_logits=model.config.vocab_size * 40)
+    for i, (p, (prompt_k, k)) in enumerate(zip(prompts, asks, strict=True)):
+        sampler.add(p, SamplingParams(max_tokens=6, temperature=0.0, logprobs=k, prompt_logprobs=prompt_k), key=i)
+    done: dict = {}
+    while sampler.busy:
+        done.update(sampler.step())
+    for i, (p, (prompt_k, k)) in enumerate(zip(prompts, asks, strict=True)):
+        c = done[i]
+        with torch.inference_mode():
+            logps = model(torch.tensor([p + c.token_ids])).logits[0].float().log_softmax(-1)
+        if prompt_k is None:
+            assert c.prompt_logprobs is None
+        else:
+            assert c.prompt_logprobs.token_logprobs[0] is None and c.prompt_logprobs.top[0] is None
+            expected = [float(logps[j - 1, p[j]]) for j in range(1, len(p))]
+            assert c.prompt_logprobs.token_logprobs[1:] == pytest.approx(expected, abs=1e-4)
+            for j in range(1, len(p)):
+                top = logps[j - 1].topk(prompt_k) if prompt_k else None
+                assert [t for t, _ in c.prompt_logprobs.top[j]] == (top.indices.tolist() if top is not None else [])
+        if not k:
+            assert c.top_logprobs is None
+            continue
+        for j, ranked in enumerate(c.top_logprobs):
+            top = logps[len(p) + j - 1].topk(k)
+            assert [t for t, _ in ranked] == top.indices.tolist()
+            assert [v for _, v in ranked] == pytest.approx(top.values.tolist(), abs=1e-4)
+            assert ranked[0] == (c.token_ids[j], pytest.approx(c.log_probs[j]))  # greedy: the likeliest
+
+
 def _expected_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
     """The next-token distribution by definition: softmax at the temperature over the top-k tokens, then the
     smallest set of the best tokens whose probability reaches top_p, renormalised."""

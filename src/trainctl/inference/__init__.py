@@ -8,6 +8,7 @@ compose the config training would use for it, and answer with validation's sampl
   engine.py     continuous batching over trainctl's CPU sampler, token by token (streaming) for every request
   text.py       token ids to text as they come (incomplete characters, stop strings and tool-call markup held back)
   openai_api.py the OpenAI request and response shapes: chat, completions, streaming chunks, tool calls
+  logprobs.py   log-probs in those shapes (vLLM's): completions' with echo (prompt log-probs), chat's top_logprobs
   server.py     the Starlette app on uvicorn (auth, host check) for CPU hardware; vllm.py: vLLM's server on GPUs
   tools.py      the run's tools (MCP servers and functions) for `chat`, called through trainctl's bridge
   prompts.py    messages to prompt ids (verl's builder, as eval) and tool calls back (verl's parser of tools.format)

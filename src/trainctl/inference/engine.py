@@ -16,20 +16,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainctl.runtime.sampler import BatchSampler, Completion, SamplingParams
+from trainctl.runtime.sampler import BatchSampler, Completion, PromptLogprobs, Ranked, SamplingParams
 
 
 @dataclass
 class Update:
-    """What one request got in one step: its new tokens, and its Completion when this step finished it."""
+    """What one request got in one step: its new tokens, and its Completion when this step finished it; with the
+    new tokens' log-probs, the k likeliest at each (params.logprobs), and, in a request's first update, its prompt's
+    log-probs (params.prompt_logprobs)."""
 
     key: Any
     tokens: list[int]
     done: Completion | None = None
+    logprobs: list[float] = field(default_factory=list)
+    top: list[Ranked] | None = None
+    prompt: PromptLogprobs | None = None
 
 
 @dataclass
@@ -85,13 +90,18 @@ class Batch:
 
     def step(self) -> list[Update]:
         updates = []
-        for key, completion in self.sampler.step():
+        for key, c in self.sampler.step():
             sent = self._sent.pop(key, 0)
-            updates.append(Update(key, completion.token_ids[sent:], completion))
+            top = c.top_logprobs[sent:] if c.top_logprobs is not None else None
+            prompt = c.prompt_logprobs if sent == 0 else None
+            updates.append(Update(key, c.token_ids[sent:], c, c.log_probs[sent:], top, prompt))
+        logprobs = self.sampler.partial_logprobs()
         for key, out in self.sampler.partial():
             sent = self._sent.get(key, 0)
             if len(out) > sent:
-                updates.append(Update(key, list(out[sent:])))
+                logps, tops, prompt = logprobs[key]
+                top = tops[sent:] if tops is not None else None
+                updates.append(Update(key, list(out[sent:]), None, logps[sent:], top, prompt if sent == 0 else None))
                 self._sent[key] = len(out)
         return updates
 

@@ -4,9 +4,13 @@
 A request's missing sampling settings take the served model's defaults: the run's validation settings (greedy unless
 val_kwargs say otherwise) and data.max_response_length tokens, so that a plain request gets the answer `trainctl eval`
 scored. Settings the CPU sampler does not implement are refused with a 400 rather than ignored: presence and frequency
-penalties, log-probs, a forced tool choice, a JSON response format. vLLM's extensions `top_k`, `repetition_penalty`,
+penalties, a forced tool choice, a JSON response format. vLLM's extensions `top_k`, `repetition_penalty`,
 `ignore_eos` and `chat_template_kwargs` are taken. `seed` is accepted and not per request: sampled requests share the
 server's generator (seeded once, with run.seed), as they share a batch.
+
+Log-probs (trainctl.inference.logprobs has their shapes): `logprobs` (0 to MAX_LOGPROBS likeliest tokens) on
+completions, with `echo` the prompt's too (and `max_tokens` 0 with `echo` scores the prompt alone, as vLLM does);
+`logprobs: true` with `top_logprobs` on chat completions.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from trainctl.inference.prompts import Prompter, ToolCall, normalize_messages
 from trainctl.runtime.sampler import SamplingParams
 
 MAX_N = 16
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 
 
 class ApiError(Exception):
@@ -61,6 +66,9 @@ class Job:
     stops: list[str]
     tools: list[dict] | None = None  # parse tool calls from the answers
     echo_text: list[str] = field(default_factory=list)  # completions: the prompts' text when echo is set
+    # log-probs of the answer's tokens, with this many likeliest at each (None: none); with echo_text, the prompt's too
+    logprobs: int | None = None
+    echo_only: bool = False  # completions' echo with max_tokens 0: the prompt scored, nothing generated
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -83,8 +91,6 @@ def _refuse_unsupported(body: dict) -> None:
     for key in ("presence_penalty", "frequency_penalty"):
         if body.get(key) not in (None, 0, 0.0):
             raise ApiError(400, f"'{key}' is not supported by trainctl's CPU sampler (only 0)", key)
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
-        raise ApiError(400, "log-probs are not supported by this server", "logprobs")
     if body.get("best_of") not in (None, 1) or body.get("suffix") not in (None, ""):
         key = "best_of" if body.get("best_of") not in (None, 1) else "suffix"
         raise ApiError(400, f"'{key}' is not supported by this server", key)
@@ -110,9 +116,14 @@ def _stops(body: dict) -> list[str]:
     return [s for s in stops if s]
 
 
-def _params(body: dict, d: Defaults, prompt_len: int, stop_ids: list[int]) -> SamplingParams:
+def _params(
+    body: dict, d: Defaults, prompt_len: int, stop_ids: list[int], logprobs: int | None = None, echo: bool = False
+) -> SamplingParams:
+    """The sampling settings; with echo and logprobs, the prompt's log-probs too; max_tokens 0 (echo only) samples
+    one token, which the answer leaves out."""
     asked = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": asked}, "max_tokens", int, d.max_tokens, low=1)
+    max_tokens = _number({"max_tokens": asked}, "max_tokens", int, d.max_tokens, low=0 if echo else 1)
+    max_tokens = max_tokens or 1
     if d.context_length:
         room = d.context_length - prompt_len
         if room < 1 or (asked is not None and max_tokens > room):
@@ -134,7 +145,29 @@ def _params(body: dict, d: Defaults, prompt_len: int, stop_ids: list[int]) -> Sa
         stop=tuple(_stops(body)),
         stop_token_ids=tuple(stop_ids),
         ignore_eos=bool(body.get("ignore_eos", False)),
+        logprobs=logprobs,
+        prompt_logprobs=logprobs if echo else None,
     )
+
+
+def _logprobs_count(body: dict, key: str) -> int:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise ApiError(400, f"'{key}' must be an integer from 0 to {MAX_LOGPROBS}, got {value!r}", key)
+    return value
+
+
+def _chat_logprobs(body: dict) -> int | None:
+    """Chat's `logprobs: true` and `top_logprobs: k`: the k likeliest tokens at each (None: no log-probs)."""
+    wanted = body.get("logprobs")
+    if wanted not in (None, True, False):
+        raise ApiError(400, f"'logprobs' must be true or false here, got {wanted!r}", "logprobs")
+    if body.get("top_logprobs") is None:
+        return 0 if wanted else None
+    top = _logprobs_count(body, "top_logprobs")
+    if not wanted:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return top
 
 
 def _common(body: dict) -> tuple[int, bool, bool]:
@@ -167,8 +200,11 @@ def chat_job(body: dict, d: Defaults, prompter: Prompter) -> Job:
         ) from None
     parse = tools is not None and body.get("tool_choice") != "none"
     stop_ids = prompter.stop_token_ids if parse else []
-    params = _params(body, d, len(prompt), stop_ids)
-    return Job("chat", [prompt], params, n, stream, include_usage, list(params.stop), tools if parse else None)
+    logprobs = _chat_logprobs(body)
+    params = _params(body, d, len(prompt), stop_ids, logprobs)
+    job = Job("chat", [prompt], params, n, stream, include_usage, list(params.stop), tools if parse else None)
+    job.logprobs = logprobs
+    return job
 
 
 def completion_job(body: dict, d: Defaults, tokenizer) -> Job:
@@ -192,10 +228,14 @@ def completion_job(body: dict, d: Defaults, tokenizer) -> Job:
             raise ApiError(400, "a token-id prompt must be a list of integers", "prompt")
         if not ids[-1]:
             raise ApiError(400, "a prompt needs at least one token", "prompt")
-    params = _params(body, d, max(len(p) for p in ids), [])
+    echo = bool(body.get("echo"))
+    logprobs = None if body.get("logprobs") is None else _logprobs_count(body, "logprobs")
+    params = _params(body, d, max(len(p) for p in ids), [], logprobs, echo)
     job = Job("completion", ids, params, n, stream, include_usage, list(params.stop))
-    if body.get("echo"):
+    job.logprobs = logprobs
+    if echo:
         job.echo_text = texts
+        job.echo_only = body.get("max_completion_tokens", body.get("max_tokens")) == 0
     return job
 
 
@@ -211,6 +251,7 @@ class Answer:
     finish_reason: str
     tokens: int
     tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: dict | None = None  # the OpenAI-shaped log-probs object (trainctl.inference.logprobs)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -227,7 +268,7 @@ def chat_response(job: Job, d: Defaults, answers: list[Answer]) -> dict:
         message: dict[str, Any] = {"role": "assistant", "content": a.text}
         if a.tool_calls:
             message["tool_calls"] = [c.to_openai() for c in a.tool_calls]
-        choices.append({"index": a.index, "message": message, "logprobs": None, "finish_reason": a.finish_reason})
+        choices.append({"index": a.index, "message": message, "logprobs": a.logprobs, "finish_reason": a.finish_reason})
     return {
         "id": f"chatcmpl-{job.id}",
         "object": "chat.completion",
@@ -245,21 +286,29 @@ def completion_response(job: Job, d: Defaults, answers: list[Answer]) -> dict:
         "created": job.created,
         "model": d.name,
         "choices": [
-            {"index": a.index, "text": a.text or "", "logprobs": None, "finish_reason": a.finish_reason}
+            {"index": a.index, "text": a.text or "", "logprobs": a.logprobs, "finish_reason": a.finish_reason}
             for a in answers
         ],
         "usage": usage(sum(len(p) for p in job.prompts) * job.n, sum(a.tokens for a in answers)),
     }
 
 
-def chunk(job: Job, d: Defaults, index: int | None, delta: dict | None = None, finish: str | None = None) -> dict:
-    """One streamed chunk: a choice's delta (chat) or text (completions); `index` None for the usage chunk."""
+def chunk(
+    job: Job,
+    d: Defaults,
+    index: int | None,
+    delta: dict | None = None,
+    finish: str | None = None,
+    logprobs: dict | None = None,
+) -> dict:
+    """One streamed chunk: a choice's delta (chat) or text (completions), with its tokens' log-probs when asked for;
+    `index` None for the usage chunk."""
     if job.kind == "chat":
-        choices = [] if index is None else [{"index": index, "delta": delta or {}, "logprobs": None}]
+        choices = [] if index is None else [{"index": index, "delta": delta or {}, "logprobs": logprobs}]
         obj, prefix = "chat.completion.chunk", "chatcmpl"
     else:
         text = (delta or {}).get("content", "")
-        choices = [] if index is None else [{"index": index, "text": text, "logprobs": None}]
+        choices = [] if index is None else [{"index": index, "text": text, "logprobs": logprobs}]
         obj, prefix = "text_completion", "cmpl"
     if choices:
         choices[0]["finish_reason"] = finish

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainctl.errors import TrainctlError, UsageError
+from trainctl.inference.logprobs import TokenTexts, chat_logprobs, completion_logprobs, text_length
 from trainctl.inference.model import Served
 from trainctl.inference.openai_api import (
     Answer,
@@ -118,6 +119,7 @@ class Service:
         self._token = token.encode() if token else None
         self.loopback_only = loopback_only
         self.created = int(time.time())
+        self.token_texts = TokenTexts(tokenizer)
 
     def authorized(self, header: str | None) -> bool:
         if self._token is None:
@@ -134,21 +136,49 @@ class Service:
 
         marker = getattr(self.prompter.parser, "tool_call_start_token", None) if job.tools else None
         text_stream = TextStream(self.tokenizer, stops=job.stops, markers=[marker] if marker else [])
+        echo = job.echo_text[index // job.n] if job.echo_text else None
+        scored = job.logprobs is not None
         if stream_to is not None and job.kind == "chat":
             stream_to.put_nowait(chunk(job, self.defaults, index, {"role": "assistant", "content": ""}))
-        if stream_to is not None and job.echo_text:
-            stream_to.put_nowait(chunk(job, self.defaults, index, {"content": job.echo_text[index // job.n]}))
-        completion = None
+        if stream_to is not None and echo is not None and not scored:
+            stream_to.put_nowait(chunk(job, self.defaults, index, {"content": echo}))
+        completion, prompt_logprobs, offset = None, None, 0
         async for update in self.engine.stream(prompt, job.params):
-            piece = text_stream.push(update.tokens)
-            if piece and stream_to is not None:
-                stream_to.put_nowait(chunk(job, self.defaults, index, {"content": piece}))
             completion = update.done
+            if update.prompt is not None:
+                prompt_logprobs = update.prompt
+                if stream_to is not None and echo is not None:  # the prompt, with its log-probs, once they exist
+                    logprobs = self._logprobs(job, prompt, update.prompt.token_logprobs, update.prompt.top)
+                    stream_to.put_nowait(chunk(job, self.defaults, index, {"content": echo}, logprobs=logprobs))
+                    offset = text_length(self.token_texts, prompt)
+            if job.echo_only:
+                continue  # the one token sampled is no part of the answer
+            piece = text_stream.push(update.tokens)
+            logprobs = None
+            if scored and update.tokens:
+                logprobs = self._logprobs(job, update.tokens, update.logprobs, update.top, offset)
+            if (piece or logprobs) and stream_to is not None:
+                stream_to.put_nowait(chunk(job, self.defaults, index, {"content": piece}, logprobs=logprobs))
+                offset += text_length(self.token_texts, update.tokens) if scored else 0
+        if job.echo_only:
+            if stream_to is not None:
+                stream_to.put_nowait(chunk(job, self.defaults, index, {}, "length"))
+            answer = Answer(index, echo, "length", 0)
+            answer.logprobs = self._logprobs(job, prompt, prompt_logprobs.token_logprobs, prompt_logprobs.top)
+            return answer
         ids = completion.token_ids
         stopped_by_token = completion.finish_reason == "stop" and isinstance(completion.stop_reason, int)
         body = ids[:-1] if stopped_by_token else ids
         text = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), job.stops)
         answer = Answer(index, text, completion.finish_reason, len(ids))
+        if scored:
+            tops = completion.top_logprobs
+            if echo is None:
+                answer.logprobs = self._logprobs(job, ids, completion.log_probs, tops)
+            else:  # the prompt's tokens, then the answer's
+                p = prompt_logprobs
+                tops = [*p.top, *(tops or [None] * len(ids))]
+                answer.logprobs = self._logprobs(job, [*prompt, *ids], [*p.token_logprobs, *completion.log_probs], tops)
         if job.tools:
             content, calls = await self.prompter.tool_calls(body)
             if calls:
@@ -164,6 +194,11 @@ class Service:
         if job.echo_text and answer.text is not None:
             answer.text = job.echo_text[index // job.n] + answer.text
         return answer
+
+    def _logprobs(self, job: Job, token_ids, logprobs, tops, offset: int = 0) -> dict:
+        if job.kind == "chat":
+            return chat_logprobs(self.token_texts, token_ids, logprobs, tops)
+        return completion_logprobs(self.token_texts, token_ids, logprobs, tops, offset)
 
     def choices(self, job: Job) -> list[tuple[int, list[int]]]:
         return [(i * job.n + j, prompt) for i, prompt in enumerate(job.prompts) for j in range(job.n)]

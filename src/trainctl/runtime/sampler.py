@@ -20,6 +20,10 @@ samples from torch's global generator. Hence this module (about 300 lines).
 Settings are per request inside a batch (temperature, where 0 is greedy; top-k; top-p; repetition penalty;
 max tokens; stop token ids; stop strings; ignore_eos), as vLLM defines them. Log-probs are of the raw logits (vLLM's
 default `raw_logprobs`): what the policy assigns to each sampled token, before any penalty, temperature or filter.
+A request may also ask, as vLLM's `logprobs` and `prompt_logprobs` do, for the k likeliest tokens at each sampled
+position and for the log-prob of every prompt token given the ones before it (what `model serve` answers to `echo`
+with `logprobs`, and lm-eval's loglikelihood tasks read): the prompt's come from the same prefill pass, with the
+logits of every position kept for that group.
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # vLLM's: the k likeliest tokens at each sampled position (0: only the sampled token's, which every Completion
+    # has); None: none
+    logprobs: int | None = None
+    # vLLM's: each prompt token's log-prob given the tokens before it (the first has none), and the k likeliest there
+    prompt_logprobs: int | None = None
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -62,6 +71,9 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for key in ("logprobs", "prompt_logprobs"):
+            if (getattr(self, key) or 0) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
 
     @classmethod
     def from_request(cls, params: dict[str, Any], max_tokens: int) -> SamplingParams:
@@ -92,15 +104,31 @@ class SamplingParams:
         )
 
 
+# the k likeliest tokens at one position: (token id, raw log-prob), likeliest first
+Ranked = list[tuple[int, float]]
+
+
+@dataclass
+class PromptLogprobs:
+    """SamplingParams.prompt_logprobs' answer: per prompt token, its log-prob given the tokens before it and the k
+    likeliest tokens there; None for the first token (nothing comes before it)."""
+
+    token_logprobs: list[float | None]
+    top: list[Ranked | None]
+
+
 @dataclass
 class Completion:
     """A finished request. finish_reason is vLLM's: "stop" (an EOS or stop token, or a stop string; the token
-    that stopped it is included) or "length" (max_tokens reached); stop_reason is the stop token id or string."""
+    that stopped it is included) or "length" (max_tokens reached); stop_reason is the stop token id or string.
+    top_logprobs (per sampled token) and prompt_logprobs are there when the request asked for them."""
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str
     stop_reason: int | str | None = None
+    top_logprobs: list[Ranked] | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 @dataclass
@@ -112,6 +140,8 @@ class _Row:
     out: list[int] = field(default_factory=list)
     logps: list[float] = field(default_factory=list)
     n_cached: int = 0  # tokens of this row in the KV cache (the last sampled one is not, yet)
+    tops: list[Ranked] | None = None  # params.logprobs' answer, per sampled token
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class BatchSampler:
@@ -128,6 +158,7 @@ class BatchSampler:
         max_batch_size: int = 256,
         max_prefill_tokens: int = 8192,
         pad_id: int = 0,
+        max_prompt_logits: int = 2**26,
     ):
         self.model = model
         self.eos_ids = frozenset(int(e) for e in eos_ids)
@@ -135,6 +166,10 @@ class BatchSampler:
         self.tokenizer = tokenizer  # only needed for stop strings
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_prefill_tokens = max(1, int(max_prefill_tokens))
+        # a prefill that keeps every position's logits (a request wants its prompt's log-probs) holds
+        # tokens x vocabulary floats: its group is cut to this many floats (256 MB), one request at the least
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 1
+        self.max_prompt_logits_tokens = max(1, int(max_prompt_logits) // int(vocab))
         self.pad_id = int(pad_id)
         self.waiting: list[_Row] = []
         self.rows: list[_Row] = []  # the running batch, in cache row order
@@ -157,7 +192,9 @@ class BatchSampler:
             raise ValueError("stop strings need a tokenizer: BatchSampler(..., tokenizer=...)")
         key = next(self._keys) if key is None else key
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
-        self.waiting.append(_Row(key, [int(t) for t in prompt_ids], params, stop_ids))
+        row = _Row(key, [int(t) for t in prompt_ids], params, stop_ids)
+        row.tops = [] if params.logprobs else None
+        self.waiting.append(row)
         return key
 
     def reset(self) -> None:
@@ -180,6 +217,11 @@ class BatchSampler:
         """(key, tokens sampled so far) of every running request: what a streaming caller sends between steps."""
         return [(row.key, row.out) for row in self.rows]
 
+    def partial_logprobs(self) -> dict[Any, tuple[list[float], list[Ranked] | None, PromptLogprobs | None]]:
+        """key -> a running request's log-probs so far: of each sampled token, the k likeliest at each (when asked
+        for), and its prompt's (when asked for)."""
+        return {row.key: (row.logps, row.tops, row.prompt_logprobs) for row in self.rows}
+
     def step(self) -> list[tuple[Any, Completion]]:
         """Admit waiting requests (one prefill pass per group), then one decode pass for the whole batch."""
         finished: list[tuple[Any, Completion]] = []
@@ -198,13 +240,17 @@ class BatchSampler:
     def _take_group(self) -> list[_Row]:
         room = self.max_batch_size - len(self.rows)
         group: list[_Row] = []
-        longest = 0
+        longest, all_logits = 0, False
         for row in self.waiting[:room]:
             longest_then = max(longest, len(row.prompt))
-            if group and longest_then * (len(group) + 1) > self.max_prefill_tokens:
+            all_logits_then = all_logits or row.params.prompt_logprobs is not None
+            limit = self.max_prefill_tokens
+            if all_logits_then:
+                limit = min(limit, self.max_prompt_logits_tokens)
+            if group and longest_then * (len(group) + 1) > limit:
                 break
             group.append(row)
-            longest = longest_then
+            longest, all_logits = longest_then, all_logits_then
         del self.waiting[: len(group)]
         return group
 
@@ -222,7 +268,13 @@ class BatchSampler:
             row.n_cached = len(row.prompt)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self._forward(ids, mask, positions, cache)
+        every_position = any(row.params.prompt_logprobs is not None for row in group)
+        logits = self._forward(ids, mask, positions, cache, every_position)
+        if every_position:
+            for i, row in enumerate(group):
+                if row.params.prompt_logprobs is not None:
+                    row.prompt_logprobs = _prompt_logprobs(logits[i, width - len(row.prompt) :], row)
+            logits = logits[:, -1].float()
         tokens = self._sample(logits, group)
         done, keep = self._record(group, tokens)
         finished += done
@@ -279,17 +331,20 @@ class BatchSampler:
             layer.keys = layer.keys[index, :, first:]
             layer.values = layer.values[index, :, first:]
 
-    def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
-        kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
+    def _forward(self, ids, mask, positions, cache, every_position: bool = False) -> torch.Tensor:
+        """The last position's logits [rows, vocab] (fp32); with every_position, every position's [rows, len, vocab]
+        as the model returns them."""
+        kwargs = {"logits_to_keep": 0 if every_position else 1} if self._logits_to_keep else {}
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
         )
-        return out.logits[:, -1].float()
+        return out.logits if every_position else out.logits[:, -1].float()
 
     # --- choosing tokens, and when to stop ---
 
-    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> list[tuple[int, float]]:
-        """(token, raw log-prob) per row, each row with its own settings, all rows at once."""
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> list[tuple[int, float, Ranked | None]]:
+        """(token, raw log-prob, the k likeliest when asked for) per row, each row with its own settings, all rows
+        at once."""
         logps = torch.log_softmax(logits, -1)
         scores = logits
         penalties = torch.tensor([r.params.repetition_penalty for r in rows])
@@ -304,18 +359,31 @@ class BatchSampler:
             top_p = torch.tensor([r.params.top_p for r in chosen])
             tokens[sampled] = _sample_filtered(scores[sampled] / temps[sampled, None], top_k, top_p, self.generator)
         picked = logps.gather(1, tokens[:, None]).squeeze(1)
-        return list(zip(tokens.tolist(), picked.tolist(), strict=True))
+        tops: list[Ranked | None] = [None] * len(rows)
+        most = max(r.params.logprobs or 0 for r in rows)
+        if most:
+            values, ids = logps.topk(min(most, logps.shape[-1]), dim=-1)
+            values, ids = values.tolist(), ids.tolist()
+            for i, r in enumerate(rows):
+                k = r.params.logprobs or 0
+                tops[i] = list(zip(ids[i][:k], values[i][:k], strict=True)) if k else None
+        return list(zip(tokens.tolist(), picked.tolist(), tops, strict=True))
 
-    def _record(self, rows: list[_Row], tokens: list[tuple[int, float]]) -> tuple[list, list[int]]:
+    def _record(self, rows: list[_Row], tokens: list[tuple[int, float, Ranked | None]]) -> tuple[list, list[int]]:
         finished, keep = [], []
-        for i, (row, (token, logp)) in enumerate(zip(rows, tokens, strict=True)):
+        for i, (row, (token, logp, top)) in enumerate(zip(rows, tokens, strict=True)):
             row.out.append(token)
             row.logps.append(logp)
+            if row.tops is not None:
+                row.tops.append(top or [])
             done = self._finish_reason(row)
             if done is None:
                 keep.append(i)
             else:
-                finished.append((row.key, Completion(row.out, row.logps, *done)))
+                finished.append(
+                    (row.key, Completion(row.out, row.logps, *done, top_logprobs=row.tops,
+                                         prompt_logprobs=row.prompt_logprobs))
+                )  # fmt: skip
         return finished, keep
 
     def _finish_reason(self, row: _Row) -> tuple[str, int | str | None] | None:
@@ -336,6 +404,18 @@ class BatchSampler:
         window = 4 * max(len(s) for s in row.params.stop) + 4
         text = self.tokenizer.decode(row.out[-window:], skip_special_tokens=False)
         return next((s for s in row.params.stop if s and s in text), None)
+
+
+def _prompt_logprobs(logits: torch.Tensor, row: _Row) -> PromptLogprobs:
+    """The row's prompt log-probs from its prefill logits [prompt length, vocab] (position j predicts token j+1)."""
+    k = row.params.prompt_logprobs or 0
+    logps = torch.log_softmax(logits[:-1].float(), -1)
+    chosen = logps.gather(1, torch.tensor(row.prompt[1:], dtype=torch.long)[:, None]).squeeze(1).tolist()
+    top: list[Ranked | None] = [[] for _ in chosen]
+    if k and len(chosen):
+        values, ids = logps.topk(min(k, logps.shape[-1]), dim=-1)
+        top = [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+    return PromptLogprobs([None, *chosen], [None, *top])
 
 
 def _repetition_penalty(scores: torch.Tensor, rows: list[_Row], penalties: torch.Tensor) -> torch.Tensor:
