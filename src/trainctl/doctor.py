@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainctl import launchers
+from trainctl.errors import TrainctlError
 from trainctl.launch.lock import versions
 
 if TYPE_CHECKING:
-    from trainctl.config.schema import Config
+    from trainctl.plan import Plan
 
 
 @dataclass
@@ -35,16 +36,27 @@ def local_devices() -> tuple[int, list[str], str | None]:
 
 
 def cluster_nodes(address: str) -> list[dict]:
-    """Alive nodes of a Ray cluster, through its dashboard's state API."""
-    from ray.util.state import list_nodes
+    """Alive nodes of a Ray cluster, through its dashboard's state API (with the token a launch sends)."""
+    from ray.util.state.common import ListApiOptions, StateResource
 
-    if "://" not in address:
-        address = f"http://{address}"
-    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+    from trainctl.launchers import ray_jobs
+
+    options = ListApiOptions(filters=[("state", "=", "ALIVE")])
+    nodes = ray_jobs.state_client(address).list(StateResource.NODES, options=options, raise_on_missing_output=False)
     return [{"ip": n.node_ip, "resources": dict(n.resources_total or {})} for n in nodes]
 
 
-def run_checks(cfg: Config) -> list[Check]:
+def _trl_has_ppo() -> bool:
+    """trl.experimental.ppo is there (verl 0.9.1 imports it). Finding it imports trl.experimental, which warns
+    (TRLExperimentalWarning) on stderr: routed to trainctl's debug log (TRAINCTL_DEBUG=1 shows it)."""
+    from trainctl.silence import library_logs
+
+    with library_logs():
+        return importlib.util.find_spec("trl.experimental.ppo") is not None
+
+
+def run_checks(plan: Plan) -> list[Check]:
+    cfg = plan.cfg
     hw, model = cfg.hardware, cfg.model
     checks: list[Check] = []
     v = versions()
@@ -52,7 +64,7 @@ def run_checks(cfg: Config) -> list[Check]:
     for pkg in ("verl", "torch", "transformers", "trl", "ray"):
         if not v.get(pkg):
             checks.append(Check(pkg, "fail", "not installed"))
-    if importlib.util.find_spec("trl.experimental.ppo") is None:
+    if not _trl_has_ppo():
         checks.append(
             Check("trl", "fail", "verl 0.9.1 needs trl.experimental.ppo (TRL <= 1.12): pip install 'trl<1.13'")
         )
@@ -89,9 +101,10 @@ def run_checks(cfg: Config) -> list[Check]:
             detail = f"wants {want}; cluster has {len(nodes)} node(s) with {key}: {per_node}"
             checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", detail))
         except Exception as e:
-            checks.append(Check(f"hardware={hw.name}", "fail", f"cannot reach {hw.ray_address}: {e}"))
+            text = e.message if isinstance(e, TrainctlError) else str(e).strip().splitlines()[0]
+            checks.append(Check(f"hardware={hw.name}", "fail", f"cannot reach {hw.ray_address}: {text}"))
         if launcher.ray == "inside":
-            checks += job_checks(cfg)
+            checks += job_checks(plan)
 
     for label, folder in (
         ("disk for runs", Path(cfg.run.dir).parent),
@@ -110,12 +123,13 @@ def run_checks(cfg: Config) -> list[Check]:
     return checks
 
 
-def job_checks(cfg: Config) -> list[Check]:
-    """A Ray-job cluster: its authentication, and whether its nodes hold the secrets the run reads there."""
+def job_checks(plan: Plan) -> list[Check]:
+    """A Ray-job cluster: its authentication, the job's interpreter there, and whether its nodes hold the secrets
+    the run reads there."""
     from trainctl.checks.environment import job_secrets
-    from trainctl.errors import TrainctlError
     from trainctl.launchers import ray_jobs
 
+    cfg = plan.cfg
     address = str(cfg.hardware.ray_address)
     mode = ray_jobs.auth_mode(address)
     token, where = ray_jobs.auth_token()
@@ -127,6 +141,7 @@ def job_checks(cfg: Config) -> list[Check]:
         out = [Check("Ray auth", "warn" if mode == "disabled" else "info", f"{mode}")]
         if mode == "disabled":
             out[-1].detail = "disabled: anyone who reaches the dashboard can run code on the cluster"
+    out.append(python_check(plan))
     needed = {k: why for k, why in job_secrets(cfg).items() if k not in cfg.hardware.forward_secrets}
     if not needed:
         return out
@@ -140,3 +155,25 @@ def job_checks(cfg: Config) -> list[Check]:
         detail = f"{why}: " + (f"not set on {', '.join(missing)}" if missing else f"set on all {len(found)} node(s)")
         out.append(Check(name, status, detail))
     return out
+
+
+def python_check(plan: Plan) -> Check:
+    """The cluster's answer (a tiny job, trainctl.launchers.job_python): does the job's interpreter there have the
+    run's packages at this environment's versions."""
+    from trainctl.launchers import job_python
+
+    address = str(plan.cfg.hardware.ray_address)
+    want = job_python.needs(plan)
+    try:
+        verdict = job_python.ask(address, want)
+    except TrainctlError as e:
+        return Check("job python", "fail", f"could not ask the cluster: {e.message}")
+    if not verdict.ok:
+        p = job_python.problem(address, verdict, want)
+        return Check(
+            "job python",
+            "fail",
+            " ".join([p.message, *(f"{d[0].upper()}{d[1:]}." for d in p.details)]) + f" Fix: {p.hint}",
+        )
+    wanted = ", ".join(f"{n} {v}" for n, v in want.versions.items())
+    return Check("job python", "ok", f"{verdict.executable} has {wanted}" + (" (cached)" if verdict.cached else ""))

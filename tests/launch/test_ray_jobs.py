@@ -4,105 +4,30 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.launch.conftest import FAST_SFT
-
-
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports: every socket stays bound until all are chosen, so no port is handed out twice."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from tests.launchers.ray_head import start_head
 
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
-    """A one-node Ray cluster on loopback; its processes are stopped by PID when the module ends."""
-    home = tmp_path_factory.mktemp("rayhome")
-    # every service on its own free port: Ray's defaults (52365, 10001, ...) collide with any other cluster here
-    names = [
-        "--port",
-        "--dashboard-port",
-        "--dashboard-agent-listen-port",
-        "--dashboard-agent-grpc-port",
-        "--runtime-env-agent-port",
-        "--metrics-export-port",
-        "--ray-client-server-port",
-        "--node-manager-port",
-        "--object-manager-port",
-    ]
-    ports = dict(zip(names, _free_ports(len(names)), strict=True))
-    dashboard = ports["--dashboard-port"]
-    env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    env.pop("RAY_ADDRESS", None)
-    # as on a machine where a token exists: `ray start --head` then turns token authentication on (Ray 2.60)
-    token = secrets.token_hex(16)
-    (home / ".ray").mkdir()
-    (home / ".ray" / "auth_token").write_text(token)
-    ray = Path(sys.executable).parent / "ray"
-    # a job runs `python` from the PATH its cluster was started with: as a user would, start it inside the venv
-    env["PATH"] = f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
-    flags = [f"{k}={v}" for k, v in ports.items()]
-    flags += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=4", "--disable-usage-stats"]
-    log = open(home / "ray-head.log", "w")  # noqa: SIM115 - closed when the fixture ends
-    proc = subprocess.Popen(
-        [str(ray), "start", "--head", "--block", *flags],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    address = f"http://127.0.0.1:{dashboard}"
-    # ~25 s on an idle machine; minutes when the suite's trainings share the cores with it
-    deadline = time.monotonic() + 240
-    import urllib.error
-    import urllib.request
-
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            urllib.request.urlopen(f"{address}/api/version", timeout=2)
-            break
-        except urllib.error.HTTPError:
-            break  # it answers (401: it asks for the token, which is the point)
-        except OSError:
-            time.sleep(1)
-    else:
-        proc.kill()
-        raise RuntimeError(f"the Ray head did not come up; its log: {home / 'ray-head.log'}")
-    family = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
-    yield {"address": address, "home": home, "token": token}
-    family |= (
-        {p.pid for p in psutil.Process(proc.pid).children(recursive=True)} if psutil.pid_exists(proc.pid) else set()
-    )
-    os.killpg(proc.pid, signal.SIGTERM)
-    procs = [psutil.Process(p) for p in family if psutil.pid_exists(p)]
-    _, alive = psutil.wait_procs(procs, timeout=5)  # some of Ray's processes ignore SIGTERM: they are killed
-    for p in alive:
-        p.kill()
-    log.close()
+    """A one-node Ray cluster on loopback with token authentication; stopped by PID when the module ends."""
+    head = start_head(tmp_path_factory.mktemp("rayhome"))
+    yield head
+    head.stop()
 
 
 @pytest.fixture
 def cluster(ray_head, monkeypatch):
     """The cluster's address; its token only in RAY_AUTH_TOKEN (no RAY_AUTH_MODE, no token file in this HOME)."""
-    monkeypatch.setenv("RAY_AUTH_TOKEN", ray_head["token"])
+    monkeypatch.setenv("RAY_AUTH_TOKEN", ray_head.token)
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    return ray_head["address"]
+    return ray_head.address
 
 
 def _api_jobs(address: str, token: str) -> str:
@@ -123,7 +48,7 @@ def test_the_cluster_asks_for_a_token(ray_head):
     import urllib.request
 
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(f"{ray_head['address']}/api/jobs/", timeout=30)
+        urllib.request.urlopen(f"{ray_head.address}/api/jobs/", timeout=30)
     assert e.value.code == 401
 
 
@@ -148,7 +73,7 @@ def test_sft_as_a_ray_job(cli, ready, cluster, tmp_path, ray_head):
     assert "step 2/2 (100%)" in result.stdout, "the live view follows the job"
     for text in (proc.stdout, proc.stderr):
         assert "sdk.py" not in text and "WebSocket closed" not in text, text[-2000:]
-    listing = _api_jobs(cluster, ray_head["token"])
+    listing = _api_jobs(cluster, ray_head.token)
     assert "trainctl-rayjob-" in listing
     for value in secrets_here.values():
         assert value not in listing, "a secret in the job table"
@@ -192,6 +117,12 @@ def test_doctor_reports_auth_and_the_secrets_the_nodes_lack(cli, cluster, monkey
     assert result.exit_code == 1, result.output
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
     assert "ok Ray auth token authentication; the token from RAY_AUTH_TOKEN" in lines, result.stdout
+    # the nodes, through the state API with the same token a launch sends (Ray's client sends none without
+    # RAY_AUTH_MODE=token: "Missing authentication token")
+    assert "ok hardware=cpu wants 1 node(s) x 1 process(es); cluster has 1 node(s) with CPU: [4]" in lines, lines
+    # the cluster's own answer: the job's `python` (the venv's: its `ray start` had it first on its PATH)
+    python = next(line for line in lines if line.startswith("ok job python "))
+    assert f"{sys.executable} has verl " in python, python
     assert any(line.startswith("FAIL WANDB_API_KEY logger=wandb: not set on ") for line in lines), result.stdout
     assert "wandb-here-not-there-123" not in result.output
 
@@ -270,7 +201,7 @@ def test_an_agent_run_with_the_calculator_as_a_ray_job(cli, isolated, tiny_tools
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     run = tmp_path / "work" / "runs" / "rayagent"
-    job = json.loads(_api_jobs(cluster, ray_head["token"]))
+    job = json.loads(_api_jobs(cluster, ray_head.token))
     (entry,) = [j for j in (job if isinstance(job, list) else job.values()) if "rayagent" in str(j)]
     assert 'multi_turn.tool_config_path="$(pwd)"/tools.yaml' in entry["entrypoint"], entry["entrypoint"]
     shipped = (run / "tools-job.yaml").read_text()
@@ -282,3 +213,18 @@ def test_an_agent_run_with_the_calculator_as_a_ray_job(cli, isolated, tiny_tools
     from trainctl.metrics import read_metrics
 
     assert read_metrics(run)[1]["tool/calls"] == len(calls)
+
+
+def test_the_clusters_python_is_asked_once_a_session(cluster):
+    """A verdict that holds is kept by cluster session: the next launch (or doctor) submits no job to ask again."""
+    from trainctl.launch.lock import versions
+    from trainctl.launchers import ray_jobs
+    from trainctl.launchers.job_python import Needs, ask
+
+    want = Needs("python", {"verl": versions()["verl"], "trainctl": versions()["trainctl"]})
+    first = ask(cluster, want)
+    jobs = len(ray_jobs.list_jobs(cluster))
+    second = ask(cluster, want)
+    assert (first.ok, first.cached, second.ok, second.cached) == (True, False, True, True)
+    assert second.executable == first.executable == sys.executable
+    assert len(ray_jobs.list_jobs(cluster)) == jobs, "a cached verdict submits nothing"

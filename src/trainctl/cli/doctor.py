@@ -12,20 +12,18 @@ def doctor(ctx: typer.Context, overrides: Overrides = None, config_dir: ConfigDi
 
     Exit 1 when something the config needs is missing.
     """
-    from rich.table import Table
-
-    from trainctl.cli.common import stdout_console
     from trainctl.doctor import run_checks
     from trainctl.errors import TrainctlError
     from trainctl.plan import make_plan
 
     words, search = command_overrides(ctx, overrides, config_dir)
-    checks = run_checks(make_plan(words, search, native=False).cfg)
-    table = Table(box=None, header_style="bold", pad_edge=False, show_header=False)
+    checks = run_checks(make_plan(words, search, native=False))
     marks = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "info": ""}
+    width = max(len(c.name) for c in checks)
+    # plain lines, as wide as their text: a table pads every row to the widest (a 150-column versions line), which
+    # piped output keeps as trailing spaces
     for c in checks:
-        table.add_row(marks[c.status], c.name, c.detail)
-    stdout_console().print(table)
+        typer.echo(f"{marks[c.status]:<4} {c.name:<{width}}  {c.detail}".rstrip())
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         raise TrainctlError(f"{len(failed)} check(s) failed: {', '.join(c.name for c in failed)}.")

@@ -29,7 +29,9 @@ class RayJob(Launcher):
     address_example = "http://HEAD_IP:8265"
 
     def preflight(self, plan: Any) -> list[Problem]:
-        from trainctl.launchers import ray_jobs
+        """The cluster's token, then the cluster's own answer: does the job's interpreter there have the run's
+        packages at the versions of its lock.json (trainctl.launchers.job_python)."""
+        from trainctl.launchers import job_python, ray_jobs
 
         address = str(plan.cfg.hardware.ray_address or "")
         mode = ray_jobs.auth_mode(address)
@@ -42,7 +44,7 @@ class RayJob(Launcher):
                     hint=ray_jobs.TOKEN_HINT,
                 )
             ]
-        return []
+        return job_python.check(plan)
 
     def start(self, job: Job, run: Any, on_attempt=None) -> Ended:
         from trainctl.launchers import ray_jobs

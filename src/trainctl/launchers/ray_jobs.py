@@ -87,7 +87,9 @@ def auth_mode(address: str) -> str:
     return mode
 
 
-def _headers(address: str) -> dict[str, str]:
+def auth_headers(address: str) -> dict[str, str]:
+    """The headers every request to the cluster's dashboard carries (the Jobs API, the state API): its token when it
+    asks for one. Ray's own clients send one only under RAY_AUTH_MODE=token."""
     if auth_mode(address) != "token":
         return {}
     token, where = auth_token()
@@ -103,11 +105,32 @@ def _client(address: str):
     from ray.job_submission import JobSubmissionClient
 
     url = http_address(address)
-    headers = _headers(url)
+    headers = auth_headers(url)
     try:
         return JobSubmissionClient(url, headers=headers)
     except Exception as e:  # the client connects on construction
         raise _refused(url, e, headers) from None
+
+
+def state_client(address: str):
+    """Ray's state API client (nodes, actors, ...) for the cluster's dashboard, with the same token as the Jobs API."""
+    from ray.util.state.api import StateApiClient
+
+    url = http_address(address)
+    headers = {"Content-Type": "application/json", **auth_headers(url)}
+    try:
+        return StateApiClient(url, headers=headers)
+    except Exception as e:
+        raise _refused(url, e, headers) from None
+
+
+def session_name(address: str) -> str | None:
+    """The cluster's session (a new one each time its head starts), as its Jobs API says it; None from a Ray too old
+    to say."""
+    try:
+        return _client(address)._do_request("GET", "/api/version").json().get("session_name") or None
+    except (ValueError, AttributeError):
+        return None
 
 
 def _refused(url: str, e: Exception, headers: dict) -> TrainctlError:
@@ -211,27 +234,34 @@ def submit(
         for name, source in staged_files.items():
             shutil.copy2(source, staging / name)
         job_id = f"trainctl-{run_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        deadline = time.monotonic() + AGENT_WAIT_SECONDS
-        while True:
-            try:
-                return client.submit_job(
-                    entrypoint=entrypoint,
-                    submission_id=job_id,
-                    runtime_env={"working_dir": str(staging), "env_vars": env_vars},
-                    metadata={"trainctl_run": run_name},
-                )
-            except RuntimeError as e:
-                # a cluster that just started answers before its job agent is up
-                if "No available agent" not in str(e) or time.monotonic() > deadline:
-                    if "Authentication" in str(e):
-                        raise _refused(http_address(address), e, {}) from None
-                    raise TrainctlError(
-                        f"the cluster at {address} refused the job: {Redactor().text(str(e).splitlines()[0])}",
-                        hint="check the cluster with: trainctl doctor hardware.ray_address=" + address,
-                    ) from None
-                time.sleep(2)
+        return _submit(
+            client,
+            address,
+            entrypoint=entrypoint,
+            submission_id=job_id,
+            runtime_env={"working_dir": str(staging), "env_vars": env_vars},
+            metadata={"trainctl_run": run_name},
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _submit(client, address: str, **job) -> str:
+    """client.submit_job(**job), waiting for the job agent of a cluster that just started; returns the job id."""
+    deadline = time.monotonic() + AGENT_WAIT_SECONDS
+    while True:
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as e:
+            # a cluster that just started answers before its job agent is up
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                if "Authentication" in str(e):
+                    raise _refused(http_address(address), e, {}) from None
+                raise TrainctlError(
+                    f"the cluster at {address} refused the job: {Redactor().text(str(e).splitlines()[0])}",
+                    hint="check the cluster with: trainctl doctor hardware.ray_address=" + address,
+                ) from None
+            time.sleep(2)
 
 
 def follow(
@@ -315,20 +345,35 @@ def node_env(address: str, names: list[str], timeout: float = 120.0) -> dict[str
     """node -> {name: set?} for the named variables, as a job's workers see them on each alive node."""
     import shlex
 
-    client = _client(address)
     entrypoint = f"python -c {shlex.quote(_NODE_ENV_PROBE)} {shlex.quote(','.join(names))}"
-    job_id = client.submit_job(entrypoint=entrypoint, metadata={"trainctl": "doctor"})
+    answer, info, _ = probe(address, entrypoint, "TRAINCTL_NODE_ENV", "the node check", timeout)
+    if answer is None:
+        raise TrainctlError(f"the node check (job {info.job_id}) ended {info.status} without an answer: {info.message}")
+    return answer
+
+
+def probe(
+    address: str, entrypoint: str, marker: str, what: str, timeout: float = 120.0, env_vars: dict | None = None
+) -> tuple[object | None, JobInfo, str]:
+    """Run a small job that prints one line `MARKER <json>`; returns (that JSON or None, how the job ended, its
+    logs). The job is trainctl's own (metadata trainctl: doctor); one that outlives `timeout` is stopped."""
+    client = _client(address)
+    job: dict = {"entrypoint": entrypoint, "metadata": {"trainctl": "doctor"}}
+    if env_vars:
+        job["runtime_env"] = {"env_vars": env_vars}
+    job_id = _submit(client, address, **job)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         info = job_status(address, job_id)
         if info.status in TERMINAL:
             break
+        if time.monotonic() > deadline:
+            with contextlib.suppress(Exception):
+                client.stop_job(job_id)
+            raise TrainctlError(f"{what} (job {job_id}) did not finish within {timeout:.0f} s.")
         time.sleep(0.5)
-    else:
-        with contextlib.suppress(Exception):
-            client.stop_job(job_id)
-        raise TrainctlError(f"the node check (job {job_id}) did not finish within {timeout:.0f} s.")
-    for line in client.get_job_logs(job_id).splitlines():
-        if line.startswith("TRAINCTL_NODE_ENV "):
-            return json.loads(line.removeprefix("TRAINCTL_NODE_ENV "))
-    raise TrainctlError(f"the node check (job {job_id}) ended {info.status} without an answer: {info.message}")
+    logs = client.get_job_logs(job_id)
+    for line in logs.splitlines():
+        if line.startswith(marker + " "):
+            return json.loads(line.removeprefix(marker + " ")), info, logs
+    return None, info, logs
