@@ -234,3 +234,87 @@ def test_lora_only_shards_without_a_base_say_how_to_give_one(cli, tiny_model_dir
     result = cli("ckpt", "merge", str(step), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1 and "cannot find the base model" in result.stderr and "--base DIR" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# merging onto a disk that fills up, for real: a small tmpfs (tests/full_disk.py). The checkpoint: the tiny model as a
+# TRL-style checkpoint-1 (50 tensors, 725 KB at fp32)
+_FILL_DURING_MERGE = """
+import sys
+from pathlib import Path
+from trainctl.ckpt.layout import CheckpointError
+from trainctl.ckpt.merge import merge, plan_merge
+
+ckpt, out = Path(sys.argv[1]), Path(sys.argv[2])
+prepared = plan_merge(ckpt, out, force=True)  # there is room: the check before writing passes
+filled = []
+
+def fill(done, total):  # after the first tensor, someone else fills the disk
+    if not filled:
+        filled.append(done)
+        with open(out.parent / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+            except OSError as e:
+                print("filled:", e.strerror, flush=True)
+
+try:
+    merge(prepared, progress=fill)
+except CheckpointError as e:
+    print("Error:", e.message)
+    print("Hint:", e.hint)
+    sys.exit(1)
+"""
+
+
+def _checkpoint(tiny_model_dir, tmp_path):
+    import shutil
+
+    return shutil.copytree(tiny_model_dir, tmp_path / "run" / "checkpoint-1")
+
+
+def test_a_merge_that_does_not_fit_is_refused_before_a_byte_is_written(cli, tiny_model_dir, tmp_path):
+    import os
+
+    from tests.full_disk import run_on_small_disk
+
+    ckpt = _checkpoint(tiny_model_dir, tmp_path)
+    merge = f"{sys.executable} -m trainctl ckpt merge {ckpt} --out $DISK/tiny-hf"
+    disk = run_on_small_disk(tmp_path / "disk", "256k", merge, dict(os.environ))
+    assert disk.returncode == 1, disk.output
+    import re
+
+    assert re.search(
+        r"Error: not enough disk space for \S+/tiny-hf: the merged model needs about [0-9.]+ KB, and "
+        r"\S+ has 26[0-9.]+ KB free",
+        disk.output,
+    ), disk.output
+    assert "Nothing was written." in disk.output and "--out /other/disk/NAME" in disk.output
+    assert disk.files == [], "nothing on the disk"
+
+
+def test_a_disk_that_fills_up_during_a_merge_keeps_the_model_it_held(tiny_model_dir, tmp_path):
+    """--force over a model already there: the disk fills after the first tensor is written; the old model stays,
+    whole, and the partial one goes."""
+    import os
+
+    from tests.full_disk import run_on_small_disk
+
+    ckpt = _checkpoint(tiny_model_dir, tmp_path)
+    script = (
+        "mkdir $DISK/tiny-hf && echo mine > $DISK/tiny-hf/keep.txt && "
+        f"{sys.executable} -c {_quote(_FILL_DURING_MERGE)} {ckpt} $DISK/tiny-hf"
+    )
+    disk = run_on_small_disk(tmp_path / "disk", "2m", script, dict(os.environ))
+    assert disk.returncode == 1, disk.output
+    assert "filled: No space left on device" in disk.output, disk.output
+    assert "Error: the disk filled up while merging into " in disk.output, disk.output
+    assert "The partial model was removed: nothing was written." in disk.output
+    assert disk.files == ["filler", "tiny-hf/", "tiny-hf/keep.txt"], disk.files
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

@@ -205,3 +205,33 @@ def test_data_ls(cli, isolated):
     line = next(ln for ln in out.splitlines() if ln.startswith("arith"))
     assert "rl 512/64, sft 512/64, dpo 512/64" in line
     assert any(ln.startswith("gsm8k") and "rl -/-" in ln for ln in out.splitlines())
+
+
+def test_a_full_disk_leaves_the_prepared_data_as_it_was(tmp_path):
+    """A small tmpfs (tests/full_disk.py) holds arith prepared with --limit 8; preparing all of it there fills the
+    disk: a clear error, and every file is the one that was there before (none replaced, no staging left)."""
+    import os
+    import sys
+
+    from tests.full_disk import run_on_small_disk
+
+    prep = f"{sys.executable} -m trainctl data prep arith --out $DISK/arith"
+    hashes = "(cd $DISK && find . -type f | sort | xargs sha256sum)"
+    before, after = tmp_path / "before.txt", tmp_path / "after.txt"
+    script = (
+        f"{prep} --limit 8 > /dev/null || exit 7\n"
+        f"{hashes} > {before}\n"
+        f"{prep}; code=$?\n"
+        f"{hashes} > {after}\n"
+        "exit $code\n"
+    )
+    disk = run_on_small_disk(tmp_path / "disk", "96k", script, dict(os.environ))
+    assert disk.returncode == 1, disk.output
+    assert "Error: data prep arith: the disk filled up writing into " in disk.output, disk.output
+    assert "nothing was written: " in disk.output and "is as it was." in disk.output
+    assert "Hint: free some space there, or prepare it on another disk: trainctl data prep arith --out DIR" in (
+        disk.output
+    )
+    assert after.read_text() == before.read_text(), "the same files, unchanged"
+    assert not [f for f in disk.files if ".prep-" in f or ".tmp-" in f], disk.files
+    assert "arith/rl/train.parquet" in disk.files

@@ -4,11 +4,14 @@ Memory stays near one row block: the safetensors header is computed from the ful
 then each tensor is written as its row blocks in order (FSDP ranks' `Shard(0)` pieces, or a base model's rows with
 the LoRA delta added), cast a block at a time. The output is then read back and compared bit for bit with what
 the checkpoint holds, its tensor names and shapes are checked against the architecture transformers builds from
-its config.json, and only then is the temporary folder renamed into place.
+its config.json, and only then is the temporary folder renamed into place. A disk without room for the model is found
+before a byte is written; one that fills up during the merge (someone else writing there) is a clear error, and the
+temporary folder goes.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -37,6 +40,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _CHUNK = 32 << 20  # bytes cast and written at a time
 # files of a model folder that are not weights and not config.json: tokenizer, chat template, generation config
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+# what a write that found no room fails with: the disk full, a quota reached
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# what a model folder takes beyond its files' bytes: a file's last block, the headers, the config (bytes)
+_PER_FILE_SLACK = 4096
 _NOT_COPIED = {
     "config.json",
     "fsdp_config.json",
@@ -230,7 +237,46 @@ def plan_merge(
         plan.bytes += s.numel * (DTYPES[resolved].itemsize if s.dtype.is_floating_point else s.dtype.itemsize)
     if dtype == "auto":
         plan.notes.append(f"dtype auto: keeping the trained dtype {resolved}")
+    _check_room(plan, _extras(_extra_dirs(plan)))
     return plan, source, lora, config
+
+
+def _free(folder: Path) -> tuple[Path, int]:
+    """The nearest existing folder at or above `folder`, and the bytes free on its disk (for this user)."""
+    while not folder.exists():
+        folder = folder.parent
+    return folder, shutil.disk_usage(folder).free
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _check_room(plan: MergePlan, extras: list[Path]) -> None:
+    """The merged model fits on the disk it goes to (with --force, beside the old one: it goes only at the end)."""
+    need = plan.bytes + sum(f.stat().st_size for f in extras) + _PER_FILE_SLACK * (plan.tensors + len(extras) + 2)
+    where, free = _free(plan.out.parent)
+    if need > free:
+        raise CheckpointError(
+            f"not enough disk space for {plan.out}: the merged model needs about {_human(need)}, and {where} has "
+            f"{_human(free)} free. Nothing was written.",
+            hint=f"free some space there, or merge onto another disk: trainctl ckpt merge {plan.checkpoint.path} "
+            "--out /other/disk/NAME",
+        )
+
+
+def _disk_full(plan: MergePlan, written: int) -> CheckpointError:
+    where, free = _free(plan.out.parent)
+    return CheckpointError(
+        f"the disk filled up while merging into {plan.out} ({_human(written)} of {_human(plan.bytes)} written; "
+        f"{where} has {_human(free)} free now). The partial model was removed: nothing was written.",
+        hint=f"free some space there, or merge onto another disk: trainctl ckpt merge {plan.checkpoint.path} "
+        "--out /other/disk/NAME",
+    )
 
 
 def _out_dtype(spec_dtype: torch.dtype, target: torch.dtype) -> torch.dtype:
@@ -371,9 +417,16 @@ def check_architecture(folder: Path, names: set[str], shapes: dict[str, tuple]) 
         )
 
 
-def _copy_extras(src_dirs: list[Path], out: Path) -> None:
+def _extra_dirs(plan: MergePlan) -> list[Path]:
+    dirs = [plan.base] if plan.base else []
+    dirs += [d for d in (plan.part.hf_dir, plan.part.path) if d is not None]
+    return list(dict.fromkeys(dirs))
+
+
+def _extras(src_dirs: list[Path]) -> list[Path]:
     """Tokenizer, chat template, generation config: every file that is not weights, training state or a config
     the merge writes itself (a later folder's file wins)."""
+    out: dict[str, Path] = {}
     for d in src_dirs:
         for f in sorted(d.iterdir()) if d.is_dir() else []:
             skip = (
@@ -383,7 +436,8 @@ def _copy_extras(src_dirs: list[Path], out: Path) -> None:
                 or f.name.startswith((".", "optimizer", "rng_state", "adapter_"))
             )
             if not skip:
-                shutil.copy2(f, out / f.name)
+                out[f.name] = f
+    return list(out.values())
 
 
 def merge(
@@ -404,8 +458,8 @@ def merge(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    done = 0  # bytes of the tensors written so far
     try:
-        done = 0
 
         def tick(n: int) -> None:
             nonlocal done
@@ -420,9 +474,8 @@ def merge(
         if skip:
             config["tie_word_embeddings"] = True
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        dirs = [plan.base] if plan.base else []
-        dirs += [d for d in (plan.part.hf_dir, plan.part.path) if d is not None]
-        _copy_extras(list(dict.fromkeys(dirs)), tmp)
+        for f in _extras(_extra_dirs(plan)):
+            shutil.copy2(f, tmp / f.name)
         verify_written(source, names, files, target)
         check_architecture(tmp, set(names), {n: source.specs[n].shape for n in names})
         changed = _lora_changed(source, lora, plan.base, names, files, target) if lora is not None else 0
@@ -433,8 +486,10 @@ def merge(
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(plan.out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in _FULL:
+            raise _disk_full(plan, done) from None
         raise
     files = [plan.out / f.name for f in files]
     return MergeResult(plan, files, time.monotonic() - start, changed)

@@ -1,11 +1,16 @@
 """`trainctl data prep NAME`: a data option's train and test files, in every format it lists.
 
 The rows come from the hub (`datasets`), ModelScope, or a local copy (--from); generated datasets (arith) are
-generated. Files are written where the option points (so `trainctl train data=NAME` finds them), each one atomically.
+generated. Files are written where the option points (so `trainctl train data=NAME` finds them), all or none: every
+split of every format goes to a staging folder inside it first, and is renamed into place once all are written (a
+failure, a full disk among them, leaves the folder as it was).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +19,7 @@ from trainctl.data import arith
 from trainctl.data.convert import Summary, Target, examples_from, write_formats
 from trainctl.data.readers import DataError, Row
 from trainctl.data.sources import HOLDOUT, PARSERS, hub_rows, local_rows, modelscope_files
+from trainctl.data.writer import DiskFull
 
 if TYPE_CHECKING:
     from trainctl.config.schema import Data
@@ -94,6 +100,41 @@ def prepare(
         raise DataError(f"--source {source}: choose {' or '.join(SOURCES)}.")
     data = data_option(name)
     target_dir = Path(out or data.dir).expanduser()
+    # inside the target: the renames that publish the files stay on its filesystem (it may be a mount of its own)
+    staging = target_dir / f".prep-{os.getpid()}"
+    existed = target_dir.is_dir()
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        summary = _write(data, staging, from_, source, limit, progress)
+        staged, summary.written = summary.written, {}
+        for written, rows in staged.items():
+            final = target_dir / Path(written).relative_to(staging)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(written, final)
+            summary.written[str(final)] = rows
+    except DiskFull as e:
+        raise DataError(
+            f"data prep {name}: the disk filled up writing into {target_dir} ({e.free:,} bytes free there now); "
+            f"nothing was written: {target_dir} is as it was.",
+            hint=f"free some space there, or prepare it on another disk: trainctl data prep {name} --out DIR "
+            "(and point data.dir there)",
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not existed:
+            with contextlib.suppress(OSError):
+                target_dir.rmdir()  # made for this prep, which wrote nothing (a folder with files stays)
+    return summary
+
+
+def _write(
+    data: Data,
+    target_dir: Path,
+    from_: Path | None,
+    source: str,
+    limit: int | None,
+    progress: Callable[[int], None] | None,
+) -> Summary:
     summary = Summary()
     generate = data.source.generate
     if generate and generate.tool:

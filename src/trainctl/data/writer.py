@@ -1,11 +1,38 @@
-"""Writing parquet files so that a reader never sees half of one: write to a temporary name, then rename."""
+"""Writing parquet files so that a reader never sees half of one: write to a temporary name, then rename. A disk that
+fills up (or a quota) is a DiskFull error naming the file; the temporary file goes."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
+
+from trainctl.data.readers import DataError
+
+# what a write that found no room fails with: the disk full, a quota reached
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(DataError):
+    """The disk (or the user's quota) had no room left for a file being written."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        self.free = shutil.disk_usage(probe).free
+        super().__init__(
+            f"the disk filled up writing {path} ({self.free:,} bytes free there now).",
+            hint=f"free some space on the disk that holds {probe}, or write somewhere else",
+        )
+
+
+def disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in FULL
 
 
 class ParquetWriter:
@@ -24,11 +51,6 @@ class ParquetWriter:
         self._pool = None
         self._pending = None
         self.count = 0
-
-    def write(self, row: dict) -> None:
-        self._rows.append(row)
-        if len(self._rows) >= self.batch_rows:
-            self._flush()
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -62,13 +84,32 @@ class ParquetWriter:
             if self._writer is not None:
                 self._writer.close()
 
-    def close(self) -> Path:
+    def write(self, row: dict) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= self.batch_rows:
+            self._guarded(self._flush)
+
+    def _guarded(self, step) -> None:
+        """A step that writes: a full disk is DiskFull (pyarrow raises OSError with errno ENOSPC)."""
         try:
-            self._flush()
-            if self._writer is None:
-                raise ValueError(f"no rows to write to {self.path}")
-        finally:
-            self._stop()
+            step()
+        except OSError as e:
+            if disk_full(e):
+                raise DiskFull(self.path) from e
+            raise
+
+    def close(self) -> Path:
+        """The rows written whole to their file; on any failure, no file (not even the temporary one)."""
+        try:
+            try:
+                self._guarded(self._flush)
+                if self._writer is None:
+                    raise ValueError(f"no rows to write to {self.path}")
+            finally:
+                self._guarded(self._stop)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
         os.replace(self.tmp, self.path)
         return self.path
 
