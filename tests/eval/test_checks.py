@@ -98,7 +98,8 @@ def test_help_is_instant_and_imports_nothing_heavy():
     import subprocess
 
     code = "import sys; from trainctl.cli.main import main\ntry: main(['eval', '--help'])\nexcept SystemExit: pass\n"
-    code += "print(sorted(m for m in ('torch', 'verl', 'transformers', 'ray') if m in sys.modules))"
+    heavy = ("torch", "verl", "transformers", "ray", "lm_eval", "datasets")
+    code += f"print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Score a model, a run or a checkpoint" in out
     assert out.strip().endswith("[]"), out

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from trainctl.cli.common import ConfigDirs, Overrides, command_overrides, render_warnings
+from trainctl.errors import UsageError
 
 EPILOG = """\
 \b
@@ -22,6 +23,12 @@ Examples:
   trainctl eval runs/agent --each-checkpoint                a run with tools: verl's tool agent loop, its calls
   trainctl eval tiny-tools data=arith-tools tools=calculator n=4 temperature=1    an agent, pass@1..4
   then: trainctl ckpt best runs/grpo --metric eval/arith/acc
+\b
+Standard benchmarks with lm-evaluation-harness (lm-eval's hf model in this process; vLLM's on GPUs):
+  trainctl eval runs/grpo --tasks arc_easy,hellaswag --each-checkpoint    lm-eval's tasks, on every checkpoint
+  trainctl eval tiny --tasks my_mc,my_gen --include-path my_tasks/        task YAMLs of your own (offline)
+  trainctl eval ./my-model --tasks gsm8k --num-fewshot 5 --limit 100 --batch-size 8
+  then: trainctl ckpt best runs/grpo --metric eval/arc_easy/acc
 \b
 Sampling settings (key=value among the overrides; defaults are what training's validation uses):
   n, k, temperature, top_p, top_k, max_tokens, seed, threshold
@@ -45,22 +52,59 @@ def eval_command(
         Path | None,
         typer.Option("--out", "-o", help="where samples and metrics go (default: <run>/eval, else ./eval/<model>)"),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="score only the first N test prompts")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="score only the first N test prompts (with --tasks: N per task)")
+    ] = None,
     no_base: Annotated[
         bool, typer.Option("--no-base", help="with --each-checkpoint: skip the model the run started from")
     ] = False,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks",
+            help="lm-eval tasks, groups or tags, comma-separated: standard benchmarks (lm-evaluation-harness) "
+            "instead of the data's test split",
+            show_default=False,
+        ),
+    ] = None,
+    include_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--include-path", help="with --tasks: a folder of task YAML files of your own", show_default=False
+        ),
+    ] = None,
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option("--num-fewshot", help="with --tasks: examples before each question (default: the task's)"),
+    ] = None,
+    batch_size: Annotated[
+        str | None,
+        typer.Option("--batch-size", help="with --tasks: requests per forward pass, or auto (default 1, lm-eval's)"),
+    ] = None,
     config_dir: ConfigDirs = None,
 ) -> None:
-    """Score a model, a run or a checkpoint on the data's test split with the reward training uses.
+    """Score a model, a run or a checkpoint on the data's test split with the reward training uses, or on standard
+    benchmarks with lm-evaluation-harness (--tasks).
 
-    Writes eval/<data>/... metrics where `trainctl ckpt ls -m` and `ckpt best --metric` read them, and every sample
-    (prompt, response, reward, ground truth) as JSON lines.
-    Exit codes: 0 scored, 1 a problem with the model, data, reward or settings (nothing generated), 2 a usage error,
-    130 interrupted.
+    Writes eval/<data>/... metrics (with --tasks: eval/<task>/<metric>) where `trainctl ckpt ls -m`,
+    `ckpt best --metric` and `runs show` read them, and every sample as JSON lines (with --tasks: lm-eval's own
+    results and samples files, in <out>/lm-eval/).
+    Exit codes: 0 scored, 1 a problem with the model, data, reward, tasks or settings (nothing generated), 2 a usage
+    error, 130 interrupted.
     """
     from trainctl.eval.core import mark_best, prepare
 
     words, search = command_overrides(ctx, overrides, config_dir)
+    if tasks is not None:
+        _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size or "1",
+                 each_checkpoint, out, not no_base)  # fmt: skip
+        return
+    for flag, value in (("--include-path", include_path), ("--num-fewshot", num_fewshot), ("--batch-size", batch_size)):
+        if value is not None:
+            raise UsageError(
+                f"{flag} goes with --tasks (lm-evaluation-harness's tasks).",
+                hint=f"trainctl eval {model} --tasks TASK {flag} ...",
+            )
     p = prepare(model, words, each_checkpoint=each_checkpoint, out=out, limit=limit, base=not no_base, search=search)
     render_warnings(p.warnings)
     for note in p.notes:
@@ -84,6 +128,64 @@ def eval_command(
     mark_best(results, f"{p.prefix}/acc")
     _table(p, results)
     typer.echo(f"Samples and metrics: {p.out_dir}", err=True)
+
+
+def _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size, each_checkpoint, out, base):
+    """`eval --tasks`: lm-eval on each target (its own bars show the requests), then a table of the metrics."""
+    from trainctl.eval import harness
+
+    typer.echo("Finding the tasks and loading their datasets (lm-eval)", err=True)
+    p = harness.prepare(model, words, tasks, include_path=include_path, num_fewshot=num_fewshot, limit=limit,
+                        batch_size=batch_size, each_checkpoint=each_checkpoint, out=out, base=base,
+                        search=search)  # fmt: skip
+    render_warnings(p.warnings)
+    how = f"lm-eval's {p.engine} model" + (f" on {p.device}" if p.engine == "hf" else "")
+    extra = "".join([f", {p.num_fewshot}-shot" if p.num_fewshot is not None else "",
+                     f", the first {p.limit} per task" if p.limit else ""])  # fmt: skip
+    n = len(p.targets)
+    typer.echo(
+        f"Evaluating {n} model{'s' if n != 1 else ''} on {', '.join(p.leaf_tasks)} ({how}, batch size "
+        f"{p.batch_size}{extra})",
+        err=True,
+    )
+    results = []
+    for target in p.targets:
+        typer.echo(f"  {target.label}:", err=True)
+        result = harness.evaluate(p, target)
+        shown = ", ".join(
+            f"{k.removeprefix('eval/')} {result.metrics[k]:.4f}" for k in harness.headline(result.metrics)
+        )
+        typer.echo(f"  {target.label}: {shown} ({result.seconds:.1f} s)", err=True)
+        results.append(result)
+    _harness_table(results)
+    typer.echo(
+        f"Metrics: {p.out_dir / 'metrics.jsonl'}; lm-eval's results and samples: {p.out_dir / 'lm-eval'}", err=True
+    )
+    typer.echo(f"The same with lm-eval's CLI: {p.command(results[-1].folder)}", err=True)
+
+
+def _harness_table(results) -> None:
+    """One row per metric, one column per model; with several checkpoints, the one `ckpt best` would pick."""
+    from rich.table import Table
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.eval.harness import best_of, headline
+
+    metrics = list(dict.fromkeys(k for r in results for k in headline(r.metrics)))
+    several = sum(r.target.checkpoint is not None for r in results) > 1
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("metric")
+    for r in results:
+        table.add_column(r.target.label, justify="right")
+    if several:
+        table.add_column("best (ckpt best)")
+    for metric in metrics:
+        cells = [f"{r.metrics[metric]:.4f}" if metric in r.metrics else "-" for r in results]
+        if several:
+            best = best_of(results, metric)
+            cells.append(best.target.label if best else "")
+        table.add_row(metric, *cells)
+    stdout_console().print(table)
 
 
 def _evaluate(p, target, progress):
