@@ -13,6 +13,7 @@ from trainctl.errors import TrainctlError
 from trainctl.launch.lock import versions
 
 if TYPE_CHECKING:
+    from trainctl.config.schema import Config
     from trainctl.plan import Plan
 
 
@@ -84,7 +85,9 @@ def run_checks(plan: Plan) -> list[Check]:
 
     want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
     launcher = launchers.get(hw.launcher)
-    if launcher.ray == "own":
+    if hw.launcher == "slurm":
+        checks += slurm_checks(cfg)
+    elif launcher.ray == "own":
         if hw.device == "cuda":
             ok = n >= hw.gpus_per_node
             checks.append(Check(f"hardware={hw.name}", "ok" if ok else "fail", f"wants {want}; this machine has {n}"))
@@ -177,3 +180,20 @@ def python_check(plan: Plan) -> Check:
         )
     wanted = ", ".join(f"{n} {v}" for n, v in want.versions.items())
     return Check("job python", "ok", f"{verdict.executable} has {wanted}" + (" (cached)" if verdict.cached else ""))
+
+
+def slurm_checks(cfg: Config) -> list[Check]:
+    """hardware.launcher=slurm: Slurm's commands, the partition (its state, nodes, MaxNodes, MaxTime) against what the
+    run asks for (hardware.nnodes, gpus_per_node, slurm.time, slurm.cpus_per_node)."""
+    from trainctl.launchers.slurm import check_cluster
+
+    hw = cfg.hardware
+    summary, problems = check_cluster(hw)
+    want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
+    out = [Check("Slurm", "ok", summary)] if summary else []
+    for p in problems:
+        out.append(Check(p.key or "Slurm", "fail", p.message + (f" ({p.hint})" if p.hint else "")))
+    if summary and not problems:
+        limit = f", time {hw.slurm.time}" if hw.slurm.time is not None else ""
+        out.append(Check(f"hardware={hw.name}", "ok", f"wants {want}{limit}: the partition has room"))
+    return out

@@ -24,6 +24,9 @@ PINNED = {
     ("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available"): (
         "b0b46038e25a8f2593556cff9d1ed808de712a8143f89735815d5e164f3d4eaa"
     ),
+    ("verl.single_controller.ray.base", "RayResourcePool.get_placement_groups"): (
+        "0e5cc2df0de44516bbab36810f646df0bfc4305d4c117eb64e5f880b3ae71f23"
+    ),
     # a class from torch, replaced where verl uses it: pinned is verl's method that builds it
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
         "35b7b539858443e45894da2d9675fb5a1d7b2bbb7c7c8b35605b0746d3179213"
@@ -57,6 +60,10 @@ PINNED = {
     (verl_patches.TRAINER, "PPOTrainer._write_generations"): (
         "9dac31a75a9c687e8601a22fde0f7c9b6892ef0ad8b2d01f768a9aa5ebd23325"
     ),
+    # the run's environment, carried to the Ray actors of a cluster main_ppo joins
+    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"): (
+        "188809cee31d40afa2f22a6ded561ccdc15ca7cf5ea83721493e1d3bb0e78d74"
+    ),
 }
 # where a patched name is not a verl function, the verl code that uses it
 _PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
@@ -78,7 +85,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     assert verl.__version__ == verl_patches.VERL_VERSION
     assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES) | set(
         verl_patches.TRAJECTORY_PATCHES
-    )
+    ) | set(verl_patches.RAY_ENV_PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"
@@ -247,3 +254,14 @@ def test_with_reward_and_tools_the_step_is_wrapped_once_and_gets_both_sets(tmp_p
     metrics = {}
     Trainer()._compute_metrics(SimpleNamespace(tags=[{}]), metrics, {}, 2, 0)  # the judge's figures fail: a warning
     assert "reward/judge/failures" not in metrics and metrics["tool/calls"] == 0.0
+
+
+def test_a_driver_joining_a_cluster_gives_its_ray_actors_the_runs_environment(plugin_probe):
+    """hardware.launcher=ray_cluster (and slurm): the cluster's workers were started elsewhere and do not inherit the
+    driver's environment; main_ppo's runtime_env carries the variables TRAINCTL_RAY_ENV names (set ones only).
+    Without it the task runner on a CPU cluster had no VERL_PLATFORM ('Total available GPUs 0 ...')."""
+    names = "VERL_PLATFORM,TRAINCTL_METRICS_PATH,TRAINCTL_NOT_SET"
+    joined = plugin_probe(TRAINCTL_RAY_ENV=names, VERL_PLATFORM="cpu", TRAINCTL_METRICS_PATH="/runs/x/m.jsonl")
+    assert {"VERL_PLATFORM", "TRAINCTL_METRICS_PATH"} <= set(joined["ray_env_vars"])
+    assert "TRAINCTL_NOT_SET" not in joined["ray_env_vars"]
+    assert not {"VERL_PLATFORM", "TRAINCTL_METRICS_PATH"} & set(plugin_probe(VERL_PLATFORM="cpu")["ray_env_vars"])

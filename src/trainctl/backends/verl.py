@@ -247,9 +247,14 @@ class VerlSFT(_Verl):
 
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         hw = cfg.hardware
-        if launchers.get(hw.launcher).ray == "own":
+        mode = launchers.get(hw.launcher).torchrun_mode()
+        if mode == "standalone":
             # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
+            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]
+        elif mode == "rendezvous":
+            # one torchrun agent per node, started by the launcher, which sets their endpoint (PET_RDZV_ENDPOINT)
+            launch = [*torchrun_for(config_dir), f"--nnodes={hw.nnodes}", "--rdzv_backend=c10d"]
             launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]
         else:
             # on a Ray cluster: one controller sized by trainer.nnodes x n_gpus_per_node

@@ -241,7 +241,7 @@ def _follow(path: Path) -> None:
         _show(info, False)
         return
     last = info.attempts[-1] if info.attempts else {}
-    if last.get("job_id") and not info.live:
+    if last.get("launcher") == "ray_job" and not info.live:
         # a detached Ray job: nothing here writes its log; the cluster streams it
         raise TrainctlError(
             f"{info.name} runs as Ray job {last['job_id']}, submitted with --detach: its output is on the cluster.",

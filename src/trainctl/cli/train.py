@@ -92,7 +92,7 @@ def train(
                 hint="do not change run.name or run.dir when resuming",
             )
         try:
-            if detach and _runs_here(plan):
+            if detach and _runs_here(plan) and not _queues(plan):
                 _run_detached(plan, resume_args or [*args, *dirs])
                 continue
             _run(plan, args, resume is not None, detach, verbose)
@@ -111,6 +111,13 @@ def _runs_here(plan) -> bool:
     from trainctl import launchers
 
     return launchers.get(plan.cfg.hardware.launcher).ray != "inside"
+
+
+def _queues(plan) -> bool:
+    """Whether a scheduler holds the run (Slurm): detached, it is submitted and left there."""
+    from trainctl import launchers
+
+    return launchers.get(plan.cfg.hardware.launcher).queues
 
 
 def _run_detached(plan, train_args: list[str]) -> None:
@@ -176,8 +183,10 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
         )
     folder = relative(result.run_dir)
     if result.state == "submitted":
-        if _runs_here(plan):  # a queue of another launcher (a plugin's)
+        if _runs_here(plan):  # a scheduler's queue (Slurm, a plugin's)
             typer.echo(f"Submitted {plan.cfg.run.name} ({result.job_id}); see it: trainctl runs show {folder}")
+            typer.echo(f"  follow it: trainctl runs show {folder} --follow")
+            typer.echo(f"  stop it:   trainctl runs stop {folder}")
         else:
             job = result.job_id
             typer.echo(f"Submitted Ray job {job}; follow it with: trainctl jobs logs {job} --follow")

@@ -118,6 +118,12 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     if plan.backend.node == "trl" and launchers.get(hw.launcher).ray != "own":
         # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
+    if launchers.get(hw.launcher).ray == "join":
+        from trainctl.secrets import is_secret_name
+
+        # a cluster's Ray workers do not inherit the driver's environment: main_ppo gives them these names' values
+        # (trainctl.runtime.verl_patches.apply_ray_env); never a secret (Ray shows a job's runtime_env)
+        env["TRAINCTL_RAY_ENV"] = ",".join(sorted(k for k in [*env, "TRAINCTL_RAY_ENV"] if not is_secret_name(k)))
     return env
 
 

@@ -1,11 +1,12 @@
 """Launchers: how a run's trainer starts, is followed, reports its status, and is stopped.
 
-`hardware.launcher` names one. trainctl ships three, one module each:
+`hardware.launcher` names one. trainctl ships four, one module each:
   local        this machine: the trainer is a child of trainctl, supervised (trainctl.launchers.local)
   ray_cluster  the same local supervision; the trainer joins a running Ray cluster (trainctl.launchers.ray_cluster)
   ray_job      the trainer runs as a job submitted to a cluster's Jobs API (trainctl.launchers.ray_job)
+  slurm        the run is a Slurm batch job, its script in the run folder (trainctl.launchers.slurm)
 
-A new launcher (Slurm, Kubernetes, ...) is one module with a Launcher subclass decorated with @register("name"). A
+A new launcher (Kubernetes, ...) is one module with a Launcher subclass decorated with @register("name"). A
 package of the user's adds one through the entry point group `trainctl.launchers`, naming the module that registers
 it (or the class), as reward kinds are added (trainctl.backends.rewards.registry):
 
@@ -32,6 +33,7 @@ BUILTIN = {
     "local": "trainctl.launchers.local",
     "ray_cluster": "trainctl.launchers.ray_cluster",
     "ray_job": "trainctl.launchers.ray_job",
+    "slurm": "trainctl.launchers.slurm",
 }
 _REGISTRY: dict[str, type[Launcher]] = {}
 

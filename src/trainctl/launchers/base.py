@@ -70,6 +70,15 @@ class Launcher:
     ray: ClassVar[str] = "own"
     # the form hardware.ray_address takes, when the launcher needs one
     address_example: ClassVar[str | None] = None
+    # how a torchrun trainer (verl's SFT, TRL) places its ranks: "standalone" (on this machine), "ray" (through Ray
+    # instead: sft_trainer_ray, Ray Train), "rendezvous" (the launcher starts one torchrun agent on each node and
+    # gives them their c10d rendezvous endpoint in torchrun's PET_RDZV_ENDPOINT: Slurm); None: as `ray` implies
+    torchrun: ClassVar[str | None] = None
+    # the run goes on with no trainctl following it (a scheduler holds it): --detach submits it and returns
+    queues: ClassVar[bool] = False
+
+    def torchrun_mode(self) -> str:
+        return self.torchrun or ("standalone" if self.ray == "own" else "ray")
 
     # -- plan time: nothing is started -------------------------------------------------------------------------
 

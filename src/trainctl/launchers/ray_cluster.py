@@ -7,8 +7,14 @@ driver's workers on the cluster with it.
 
 from __future__ import annotations
 
+from trainctl.errors import Problem
 from trainctl.launchers import register
 from trainctl.launchers.local import Local
+
+# CPUs a node needs on cpu beside its PPO-family training processes: verl's task runner, reward, agent-loop and
+# storage actors go to any node (measured here: one process and 2 more; with 2 per node, the second node's were taken
+# before the training's placement group was placed, and the run waited for CPUs forever)
+CPU_BESIDE = 2
 
 
 @register("ray_cluster")
@@ -21,5 +27,24 @@ class RayCluster(Local):
         # the driver's ray.init() joins the cluster named by RAY_ADDRESS
         return {"RAY_ADDRESS": str(hw.ray_address)} if hw.ray_address else {}
 
-    def preflight(self, plan) -> list:
-        return []  # the devices and the rollout engine are the cluster's
+    def preflight(self, plan) -> list[Problem]:
+        """The cluster's alive nodes can host the run: hardware.nnodes of them, each with the GPUs (on cpu, the
+        CPUs) it puts there. The rollout engine is the cluster's."""
+        from trainctl.launchers.capacity import problems, ray_nodes
+
+        hw = plan.cfg.hardware
+        if not hw.ray_address:
+            return []  # config_problems says so
+        try:
+            nodes = ray_nodes(str(hw.ray_address))
+        except Exception as e:  # Ray's client: a connection error, a timeout
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            return [
+                Problem(
+                    f"cannot reach the Ray cluster at {hw.ray_address}: {first}",
+                    key="hardware.ray_address",
+                    hint=f"`ray status` on the head node shows it; the address is its GCS's ({self.address_example})",
+                )
+            ]
+        beside = CPU_BESIDE if hw.device == "cpu" and plan.cfg.family == "ppo" else 0
+        return problems(hw, nodes, f"the Ray cluster at {hw.ray_address}", beside=beside)

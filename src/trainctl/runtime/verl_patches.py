@@ -1,12 +1,15 @@
 """The patches trainctl applies to verl where verl offers no hook. All of them, here, guarded to verl 0.9.1.
 
-Three sets, each replacing module attributes with wrappers:
+Four sets, each replacing module attributes with wrappers:
   - PATCHES (apply()): behave exactly like the original unless the process runs on trainctl's CPU platform;
   - METRIC_PATCHES (apply_metrics()): the trainer's metrics, with the figures trainctl adds to the training log
     (trainctl.runtime.reward_metrics, trainctl.runtime.tool_metrics provide them) when trainctl launched the run
     with them; one wrapper per verl function, whichever sets are on;
   - TRAJECTORY_PATCHES (apply_trajectories()): the turns of each trajectory in the rollout dumps, for runs with
-    tools (trainctl.runtime.trajectories provides the wrappers).
+    tools (trainctl.runtime.trajectories provides the wrappers);
+  - RAY_ENV_PATCHES (apply_ray_env()): the run's environment carried to the Ray actors of a cluster main_ppo joins;
+  - VLLM_CPU_PATCHES (apply_vllm_cpu()): vLLM's CPU build inside the rollout's vLLM workers (trainctl.runtime.vllm_cpu
+    applies them there, where vLLM is loaded anyway; no other process imports vLLM for them).
 tests/runtime/test_verl_patches.py pins the source of every patched function, so a verl upgrade that changes them
 fails loudly instead of silently running something else. What verl registers through its own registries (the CPU
 platform, its engines, the hf rollout: trainctl.runtime.verl_cpu) is not patched and is not here.
@@ -35,6 +38,11 @@ PATCHES = {
     ("verl.single_controller.ray.base", "ResourcePoolManager._check_resource_available"): (
         "counts only GPU/NPU resources ('Total available GPUs 0 is less than total desired GPUs 1'); "
         "on the cpu platform the pools are placed on Ray's CPU resource, which is what it should count"
+    ),
+    ("verl.single_controller.ray.base", "RayResourcePool.get_placement_groups"): (
+        "leaves where each node's placement group goes to Ray: on GPUs a node's group takes all of its GPUs, so the "
+        "groups land on different nodes; on CPUs several groups fit one node, and a run across nodes "
+        "(hardware.nnodes) would not be. Each node group is pinned to a node of its own (Ray's node-id label)"
     ),
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
         "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
@@ -88,9 +96,30 @@ TRAJECTORY_PATCHES = {
     ),
 }
 
+# a driver that joins a running Ray cluster (hardware.launcher=ray_cluster, slurm): module, function: what it lacks
+RAY_ENV_PATCHES = {
+    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"): (
+        "main_ppo gives its Ray actors a runtime_env of a few fixed variables: on a cluster started elsewhere they "
+        "lack the run's own (VERL_PLATFORM, the metrics file, trainctl's reward and tool metrics), which a Ray it "
+        "starts itself passes on by inheritance ('Total available GPUs 0 is less than total desired GPUs 2' on cpu)"
+    ),
+}
+# vLLM's CPU build under verl's weight sync (trainctl.runtime.vllm_cpu's worker extension): module, function: why
+VLLM_CPU_PATCHES = {
+    ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
+        "after loading, a linear layer's weight is packed into a oneDNN handle and the parameter replaced by an empty "
+        "one without its weight_loader (remove_weight=True): verl's in-place weight sync then fails ('Parameter' "
+        "object has no attribute 'weight_loader'). The parameter is kept (remove_weight=False, as vLLM already does "
+        "for embeddings), so each sync loads into it and verl's process_weights_after_loading packs it anew"
+    ),
+}
+
+# the variable naming what the driver carries to the cluster's workers (set by trainctl.launch.runner)
+RAY_ENV = "TRAINCTL_RAY_ENV"
+
 # modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
 # import: patched when a process first imports them, not imported by every process the plugin is loaded in
-ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LEGACY_TRAINER, LOOP}
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LEGACY_TRAINER, LOOP, "verl.trainer.constants_ppo"}
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
@@ -129,9 +158,71 @@ def _initialize_global_process_group_ray(original):
     def initialize_global_process_group_ray(timeout_second=None, backend=None):
         if not _on_cpu():
             return original(timeout_second, backend)
-        return original(timeout_second, backend="gloo")
+        out = original(timeout_second, backend="gloo")
+        _say_where()
+        return out
 
     return initialize_global_process_group_ray
+
+
+@functools.cache
+def _say_where() -> None:
+    """One line in the run's log, once a process: which Ray node this rank runs on (a run across nodes shows it is)."""
+    import socket
+
+    import ray
+    import torch.distributed
+
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    print(f"trainctl: rank {rank} of {world} on Ray node {node} ({socket.gethostname()})", flush=True)
+
+
+def cpu_nodes(groups: int, per_group: int) -> list[str]:
+    """Node ids for `groups` node groups of `per_group` processes, a node each: the head first, then the others by
+    id (stable), among the alive nodes with the CPUs."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    fit = [n for n in alive if n["Resources"].get("CPU", 0) >= per_group]
+    fit.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeID"]))
+    if len(fit) < groups:
+        cpus = [int(n["Resources"].get("CPU", 0)) for n in alive]
+        raise ValueError(
+            f"the run asks for {groups} nodes of {per_group} training process(es) (hardware.nnodes x "
+            f"hardware.gpus_per_node), and the Ray cluster has {len(alive)} alive node(s) with CPUs {cpus}: "
+            f"{len(fit)} can host one"
+        )
+    return [n["NodeID"] for n in fit[:groups]]
+
+
+def _get_placement_groups(original):
+    def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
+        if not _on_cpu() or self.pgs is not None or len(self._store) < 2:
+            return original(self, strategy, name, device_name)
+        import ray
+        from ray.util.placement_group import placement_group
+        from verl.single_controller.ray.base import sort_placement_group_by_node_ip
+
+        # verl's own groups (a bundle of one CPU per process, its names), each pinned to a node of its own
+        prefix = name or f"{self.name_prefix}verl_group_{'_'.join(str(c) for c in self._store)}:"
+        nodes = cpu_nodes(len(self._store), max(self._store))
+        lifetime = "detached" if self.detached else None
+        pgs = [
+            placement_group(
+                bundles=[{"CPU": 1} for _ in range(count)],
+                strategy=strategy,
+                name=prefix + str(i),
+                lifetime=lifetime,
+                bundle_label_selector=[{"ray.io/node-id": node}] * count,
+            )
+            for i, (count, node) in enumerate(zip(self._store, nodes, strict=True))
+        ]
+        ray.get([pg.ready() for pg in pgs])
+        self.pgs = sort_placement_group_by_node_ip(pgs)
+        return pgs
+
+    return get_placement_groups
 
 
 def _check_resource_available(original):
@@ -289,6 +380,25 @@ def _validate(original):
     return _validate
 
 
+def _get_ppo_ray_runtime_env(original):
+    @functools.wraps(original)
+    def get_ppo_ray_runtime_env(*args, **kwargs):
+        runtime_env = original(*args, **kwargs)
+        names = [n for n in os.environ.get(RAY_ENV, "").split(",") if n in os.environ]
+        runtime_env.setdefault("env_vars", {}).update({n: os.environ[n] for n in names})
+        return runtime_env
+
+    return get_ppo_ray_runtime_env
+
+
+def _dispatch_cpu_unquantized_gemm(original):
+    @functools.wraps(original)
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        return original(layer, remove_weight=False)
+
+    return dispatch_cpu_unquantized_gemm
+
+
 def _trajectories(name: str):
     def wrap(original):
         from trainctl.runtime import trajectories
@@ -302,10 +412,13 @@ _WRAPPERS = {
     "initialize_global_process_group": _initialize_global_process_group,
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
     "ResourcePoolManager._check_resource_available": _check_resource_available,
+    "RayResourcePool.get_placement_groups": _get_placement_groups,
     "CPUOffloadPolicy": _cpu_offload_policy,
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
     "logprobs_from_logits": _logprobs_from_logits,
+    "get_ppo_ray_runtime_env": _get_ppo_ray_runtime_env,
+    "dispatch_cpu_unquantized_gemm": _dispatch_cpu_unquantized_gemm,
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
@@ -345,6 +458,11 @@ def apply(only: tuple[tuple[str, str], ...] | None = None) -> None:
     logger.debug("trainctl applied %d verl patches", len(_APPLIED))
 
 
+def apply_vllm_cpu() -> None:
+    """Apply the patches vLLM's CPU build needs under verl's weight sync (in a rollout's vLLM worker), once."""
+    _apply(tuple(VLLM_CPU_PATCHES))
+
+
 def apply_metrics() -> None:
     """Wrap the trainer's metrics for the metric sets the environment asks for (none: nothing is wrapped), once the
     trainer's module is imported. A report only: on a verl they were not written for, they are left out."""
@@ -375,6 +493,18 @@ def apply_trajectories() -> None:
         )
         return
     _apply(tuple(TRAJECTORY_PATCHES))
+
+
+def apply_ray_env() -> None:
+    """A driver joining a running cluster gives its Ray actors the variables RAY_ENV names (GPU runs too)."""
+    import verl
+
+    if verl.__version__ != VERL_VERSION:
+        logger.warning(
+            "trainctl: the run's environment is carried to Ray for verl %s, not %s", VERL_VERSION, verl.__version__
+        )
+        return
+    _apply(tuple(RAY_ENV_PATCHES))
 
 
 def _apply(wanted: tuple[tuple[str, str], ...]) -> None:
