@@ -234,7 +234,6 @@ class Slurm(Launcher):
     def start(self, job: Job, run: Any, on_attempt=None) -> Ended:
         import yaml
 
-        from trainctl.launch.rundir import relative
         from trainctl.launchers.tree import MARK_VAR, new_mark
 
         begin = time.monotonic()
@@ -261,7 +260,7 @@ class Slurm(Launcher):
         if on_attempt:
             on_attempt(run, attempt)
         if job.echo:
-            job.echo.write(f"trainctl: Slurm job {job_id}, its script {relative(path)}\n")
+            job.echo.write(f"trainctl: Slurm job {job_id}, its script {path}\n")
         signals, found = _follow(job_id, run, attempt, job)
         seconds = time.monotonic() - begin
         reason = None
