@@ -240,3 +240,107 @@ def test_help_documents_the_exit_codes(cli):
     for command in (("model", "serve"), ("chat",)):
         result = cli(*command, "--help")
         assert result.exit_code == 0 and "Exit codes: 0" in result.stdout
+
+
+def test_64_concurrent_requests_a_third_streamed_and_cut_off_leave_no_generation_behind(tiny_model, record_property):
+    """Issue 48's load: 64 requests at once (chat and completions, some asking for log-probs); a third stream 256
+    tokens (EOS ignored) and hang up after a few chunks. Every other request is answered whole; the hung-up ones
+    leave the batch at the next step (the tokens generated for them stay within a few steps of what their clients
+    read), and the engine goes idle as soon as the last answer is out. Says its figures (latency, RSS)."""
+    import http.client
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psutil
+
+    cut_after, stream_tokens, answer_tokens = 3, 256, 16
+    me = psutil.Process()
+    rss = [me.memory_info().rss]
+    with served_here("tiny") as server:
+        engine = server.service.engine
+        host, port = "127.0.0.1", server.port
+
+        def post(path: str, body: dict) -> http.client.HTTPResponse:
+            conn = http.client.HTTPConnection(host, port, timeout=120)
+            conn.request("POST", f"/v1/{path}", json.dumps(body), {"Content-Type": "application/json"})
+            return conn, conn.getresponse()
+
+        def answered(i: int) -> tuple[float, int]:
+            start = time.perf_counter()
+            if i % 2:
+                body = {"prompt": f"What is {i} + {i}?", "max_tokens": answer_tokens, "ignore_eos": True}
+                path = "completions"
+            else:
+                body = {"messages": [{"role": "user", "content": f"What is {i} * 2?"}], "ignore_eos": True,
+                        "max_tokens": answer_tokens}  # fmt: skip
+                if i % 4 == 0:
+                    body.update(logprobs=True, top_logprobs=2)
+                path = "chat/completions"
+            conn, r = post(path, body)
+            reply = json.loads(r.read())
+            conn.close()
+            assert r.status == 200, reply
+            assert reply["usage"]["completion_tokens"] == answer_tokens, reply
+            return time.perf_counter() - start, answer_tokens
+
+        def cut_off(i: int) -> tuple[float, int]:
+            """Stream, read `cut_after` chunks with content, hang up: (time to the first chunk, chunks read)."""
+            start, first, read = time.perf_counter(), None, 0
+            body = {"messages": [{"role": "user", "content": f"Count to {i}."}], "stream": True,
+                    "max_tokens": stream_tokens, "ignore_eos": True}  # fmt: skip
+            conn, r = post("chat/completions", body)
+            assert r.status == 200
+            while read < cut_after:
+                line = r.fp.readline()
+                assert line, "the stream ended early"
+                if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                    read += 1
+                    first = first or time.perf_counter() - start
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            return first, read
+
+        def watch_rss(stop: threading.Event) -> None:
+            while not stop.wait(0.05):
+                rss.append(me.memory_info().rss)
+
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch_rss, args=(stop,), daemon=True)
+        watcher.start()
+        started = time.perf_counter()
+        with ThreadPoolExecutor(64) as pool:
+            futures = [pool.submit(cut_off if i % 3 == 0 else answered, i) for i in range(64)]
+            results = [(i % 3 == 0, f.result()) for i, f in enumerate(futures)]
+        wall = time.perf_counter() - started
+        deadline = time.monotonic() + 10
+        while (engine.batch.busy or engine._running) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        idle_after = time.perf_counter() - started - wall
+        stop.set()
+        watcher.join()
+        streams = [r for cut, r in results if cut]
+        answers = [r for cut, r in results if not cut]
+        assert len(streams) == 22 and len(answers) == 42
+        assert not engine.batch.busy and not engine._running, "generation went on after every client was done"
+        # what the engine generated: the answers whole, and for each hung-up stream what its client read plus a
+        # few steps (the step in flight when the hang-up is noticed); 256 each had they gone on
+        generated = engine.stats.tokens
+        answered_tokens = sum(n for _, n in answers)
+        per_stream = (generated - answered_tokens) / len(streams)
+        assert engine.stats.requests == 64 and engine.stats.largest_batch >= 32, engine.stats
+        assert per_stream < cut_after + 24, f"{per_stream:.1f} tokens per hung-up stream: they went on generating"
+    latencies = sorted(t for t, _ in answers)
+    first_chunks = sorted(t for t, _ in streams)
+    figures = {
+        "wall_s": round(wall, 2),
+        "answer_p50_s": round(statistics.median(latencies), 3),
+        "answer_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
+        "stream_first_chunk_p50_s": round(statistics.median(first_chunks), 3),
+        "tokens_per_hung_up_stream": round(per_stream, 1),
+        "idle_after_last_answer_s": round(max(idle_after, 0.0), 3),
+        "largest_batch": engine.stats.largest_batch,
+        "rss_before_mb": round(rss[0] / 2**20),
+        "rss_peak_mb": round(max(rss) / 2**20),
+    }
+    record_property("figures", figures)
+    print(f"model serve, 64 concurrent (22 streams cut off after {cut_after} chunks): {figures}")
