@@ -216,7 +216,7 @@ def arith_data_dir(tmp_path_factory) -> Path:
     from trainctl.data.writer import write_rows
 
     def make(d: Path) -> Path:
-        for fmt in ("rl", "sft", "dpo"):
+        for fmt in ("rl", "sft", "dpo", "kto"):
             for split, n in (("train", 512), ("test", 64)):
                 write_rows(d / fmt / f"{split}.parquet", rows(fmt, split, n, 0))
         return d

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, dpo, environment, files, lora, memory, ppo, reward, sft, tools, types, values
+from trainctl.checks import data, environment, files, lora, memory, ppo, reward, sft, tools, trl, types, values
 from trainctl.checks.base import Number, Subject
 from trainctl.ckpt.lineage import Lineage, from_runs
 from trainctl.config.compose import Composition
@@ -26,8 +26,9 @@ from trainctl.config.overrides import Override
 from trainctl.config.schema import SECTIONS, Config
 from trainctl.config.search import SearchPath
 from trainctl.errors import ConfigProblems, Problem
+from trainctl.facts.trl import TRAINERS
 
-_FAMILY_CHECKS = {"ppo": ppo, "sft": sft, "dpo": dpo}
+_FAMILY_CHECKS = {"ppo": ppo, "sft": sft, **dict.fromkeys(TRAINERS, trl)}
 
 
 @dataclass
@@ -82,7 +83,7 @@ class Plan:
             return [value] if isinstance(value, str) else [str(v) for v in value or []]
         report = self.value("report_to")
         extra = [report] if isinstance(report, str) else list(report or [])
-        # trainctl's DPO entry point prints metrics and writes the run's metrics file itself
+        # trainctl's TRL entry point prints metrics and writes the run's metrics file itself
         return ["console", *(str(r) for r in extra if r not in ("none", "console", "file"))]
 
     @property

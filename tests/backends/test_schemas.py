@@ -13,7 +13,7 @@ from pathlib import Path
 from trainctl import paths
 from trainctl.backends import schemas
 from trainctl.config.types import ClassSchema, FieldInfo, Spec
-from trainctl.facts.trl import DATA_KEYS
+from trainctl.facts.trl import DATA_KEYS, TRAINERS
 
 
 def test_the_shipped_schemas_are_the_installed_ones():
@@ -58,8 +58,11 @@ def test_a_target_finds_its_dataclass_however_the_yaml_spells_it():
 
 
 def test_trls_schema_is_one_flat_root_with_the_data_keys():
-    root = schemas.trl_schemas().classes[schemas.TRL_ROOT]
+    root = schemas.trl_schemas().classes[schemas.trl_root("dpo")]
     assert {"beta", "learning_rate", "model_name_or_path", "lora_r", *DATA_KEYS} <= set(root.fields)
+    for family in TRAINERS:  # one flat root per TRL trainer, each with the data keys
+        fields = schemas.trl_schemas().classes[schemas.trl_root(family)].fields
+        assert {"learning_rate", "lora_r", *DATA_KEYS} <= set(fields)
 
 
 def test_backend_schemas_round_trip_through_json():

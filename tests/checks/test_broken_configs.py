@@ -23,8 +23,8 @@ CASES = [
         2,
         [
             "Error: 'algorithm' is not an override.",
-            "Hint: choose an option: algorithm=OPTION (one of: dapo, dpo, drgrpo, grpo, gspo, ppo, reinforce_pp, "
-            "remax, rloo, sft)",
+            "Hint: choose an option: algorithm=OPTION (one of: dapo, dpo, drgrpo, grpo, gspo, kto, orpo, ppo, "
+            "reinforce_pp, remax, rloo, rm, sft, simpo)",
         ],
     ),
     (
@@ -468,7 +468,7 @@ CASES = [
         ["algorithm=grpo", "data=hh-rlhf"],
         1,
         [
-            "Error: data=hh-rlhf has no rl format (it has dpo, sft); algorithm=grpo reads rl data.",
+            "Error: data=hh-rlhf has no rl format (it has dpo, sft, kto); algorithm=grpo reads rl data.",
             "Hint: choose data=arith or data=arith-tools or data=gsm8k or data=math",
         ],
     ),

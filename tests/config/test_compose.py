@@ -15,12 +15,17 @@ HARDWARE = list(SEARCH.options("hardware"))
 RECIPES = list(SEARCH.options("recipe"))
 
 
+# the TRL algorithms' backend: trl-<their trainer's family>
+TRL_BACKEND = {"dpo": "trl-dpo", "rm": "trl-rm", "kto": "trl-kto", "orpo": "trl-orpo", "simpo": "trl-cpo"}
+
+
 def _data_for(algorithm: str) -> str:
-    return "hh-rlhf" if algorithm == "dpo" else "arith"
+    return "hh-rlhf" if algorithm in TRL_BACKEND else "arith"
 
 
 def test_shipped_groups_are_all_there():
     assert set(ALGORITHMS) >= {"sft", "dpo", "ppo", "grpo", "gspo", "dapo", "drgrpo", "rloo", "reinforce_pp", "remax"}
+    assert set(ALGORITHMS) >= set(TRL_BACKEND)
     assert set(HARDWARE) == {"cpu", "1gpu", "8gpu", "2x8gpu", "4x8gpu"}
     assert set(SEARCH.options("logger")) == {"console", "wandb", "tensorboard", "file", "mlflow"}
     assert set(SEARCH.options("tools")) >= {"none", "calculator", "calculator-fn"}
@@ -47,7 +52,7 @@ def test_every_algorithm_on_every_hardware_validates(algorithm, hardware, tiny_m
     # verl's own validation runs too (native=True), with the model present so its model sections are checked
     plan = make_plan([f"algorithm={algorithm}", f"hardware={hardware}", f"data={_data_for(algorithm)}"])
     assert plan.errors == []
-    assert plan.backend.name == {"sft": "verl-sft", "dpo": "trl-dpo"}.get(algorithm, "verl-ppo")
+    assert plan.backend.name == {"sft": "verl-sft", **TRL_BACKEND}.get(algorithm, "verl-ppo")
     assert plan.numbers, "the plan shows derived numbers"
 
 
@@ -230,7 +235,7 @@ def test_algorithm_and_data_options_inherit_their_base():
     for name in ALGORITHMS:
         files = merged({"algorithm": name})
         mine = files.index(f"conf/algorithm/{name}.yaml")
-        bases = ["_base", "_ppo"] if name not in ("sft", "dpo") else ["_base"]
+        bases = ["_base", "_ppo"] if name not in ("sft", *TRL_BACKEND) else ["_base"]
         assert files[mine - len(bases) : mine] == [f"conf/algorithm/{b}.yaml" for b in bases], files
     for name in SEARCH.options("data"):
         files = merged({"data": name})

@@ -16,7 +16,7 @@ HOME = "/trainctl-home"
 
 
 def golden_args(algorithm: str) -> list[str]:
-    data = "hh-rlhf" if algorithm == "dpo" else "gsm8k"
+    data = "hh-rlhf" if algorithm in ("dpo", "rm", "kto", "orpo", "simpo") else "gsm8k"  # TRL's read pairs
     return [
         f"algorithm={algorithm}",
         "model=qwen2.5-7b",

@@ -86,7 +86,7 @@ def test_several_loggers_add_to_the_record(sft_ws2_run):
 
 def test_the_command_file_says_what_it_runs(dpo_run, sft_run):
     dpo = (dpo_run.path / "command.sh").read_text()
-    assert "-m trainctl.runtime.trl_dpo_entry --config" in dpo
+    assert "-m trainctl.runtime.trl_entry --trainer dpo --config" in dpo
     assert "TRL has no command of its own for this run" in dpo and "The same run with" not in dpo
     sft = (sft_run.path / "command.sh").read_text()
     assert "# The same run with verl sft_trainer alone" in sft

@@ -1,7 +1,8 @@
 """The field declarations of the backends' config dataclasses, as trainctl.config.types schemas.
 
 verl declares every field of its config nodes in dataclasses (`verl.workers.config.*`, `verl.trainer.config.*`,
-named by each node's `_target_`); TRL declares DPO's in DPOConfig and ModelConfig. Importing them costs seconds
+named by each node's `_target_`); TRL declares each trainer's in its config (DPOConfig, RewardConfig, ...) and
+ModelConfig. Importing them costs seconds
 (verl and TRL import torch), so their schemas are read once per installed version and kept on disk as JSON; the
 checks then run in milliseconds.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from trainctl import paths
 from trainctl.config.types import ClassSchema, Range, schemas_of
 from trainctl.facts import verl as verl_facts
+from trainctl.facts.trl import DATA_KEYS, TRAINERS
 
 _SCHEMA_VERSION = "1"  # bump when the cached format changes
 
@@ -143,33 +145,43 @@ def verl_schemas() -> BackendSchemas:
     return _MEMO[key]
 
 
-TRL_ROOT = "trl-dpo"  # the flat DPO config: DPOConfig and ModelConfig fields side by side, and the data keys
+def trl_root(family: str) -> str:
+    """The flat schema of one TRL trainer's backend config: its config's and ModelConfig's fields side by side, and
+    the data keys."""
+    return f"trl-{family}"
+
+
+# each flat root -> the names of the dataclasses it merges, the first declaring first (naming a field's class)
+TRL_ROOTS: dict[str, tuple[str, ...]] = {
+    trl_root(t.family): (t.config.split(":")[1], "ModelConfig") for t in TRAINERS.values()
+}
 
 
 def trl_schemas() -> BackendSchemas:
-    """DPOConfig's and ModelConfig's fields as one flat schema (the trl backend config is flat)."""
+    """Every TRL trainer's config (DPOConfig, RewardConfig, ...) with ModelConfig, as one flat schema per trainer (the
+    trl backend config is flat)."""
     key = repr((_SCHEMA_VERSION, importlib.metadata.version("trl"), importlib.metadata.version("transformers")))
     if key not in _MEMO:
 
         def build() -> BackendSchemas:
             from trainctl.config.types import FieldInfo, Spec
-            from trainctl.facts.trl import DATA_KEYS
+            from trainctl.runtime.trl_args import load_class
             from trainctl.silence import quiet
 
             with quiet():
-                from trl import DPOConfig, ModelConfig
+                from trl import ModelConfig
 
                 out = BackendSchemas()
-                root = ClassSchema(TRL_ROOT)
-                for cls in (DPOConfig, ModelConfig):
-                    found = schemas_of(cls)
-                    out.classes.update(found)
-                    own = found[f"{cls.__module__}.{cls.__qualname__}"]
-                    for name, info in own.fields.items():
-                        root.fields.setdefault(name, info)
-                for name in DATA_KEYS:
-                    root.fields[name] = FieldInfo(Spec("union", of=(Spec("str"), Spec("none"))))
-                out.classes[TRL_ROOT] = root
+                for trainer in TRAINERS.values():
+                    root = ClassSchema(trl_root(trainer.family))
+                    for cls in (load_class(trainer.config), ModelConfig):
+                        found = schemas_of(cls)
+                        out.classes.update(found)
+                        for field_name, info in found[f"{cls.__module__}.{cls.__qualname__}"].fields.items():
+                            root.fields.setdefault(field_name, info)
+                    for name in DATA_KEYS:
+                        root.fields[name] = FieldInfo(Spec("union", of=(Spec("str"), Spec("none"))))
+                    out.classes[root.name] = root
             return out
 
         _MEMO[key] = _cached("trl", key, key, build)

@@ -28,7 +28,7 @@ class Number:
 class Subject:
     cfg: Config  # trainctl's config, checked against its schema
     comp: Composition  # where each value came from
-    backend: str  # verl-ppo | verl-sft | trl-dpo
+    backend: str  # verl-ppo | verl-sft | trl-<family> (trl-dpo, trl-rm, ...: trainctl.facts.trl)
     built: BuiltConfig  # the backend's config, as the trainer will read it
     launching: bool = False  # a real launch (missing files are errors) rather than a dry run
     extra: dict = field(default_factory=dict)

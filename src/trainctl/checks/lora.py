@@ -31,7 +31,7 @@ OWNED_KEYS: dict[str, dict[str, str]] = {
         "actor_rollout_ref.model.lora_alpha": "lora.alpha={v}",
         "actor_rollout_ref.model.target_modules": "lora.target_modules={v}",
     },
-    "trl-dpo": {
+    "trl": {  # every TRL trainer (trl-dpo, trl-rm, ...)
         "use_peft": "lora=r16",
         "lora_r": "lora.rank={v}",
         "lora_alpha": "lora.alpha={v}",
@@ -64,7 +64,10 @@ def checks(s: Subject) -> list[Problem]:
                 "train on a 4-bit base (its FSDP engine loads the model in full precision and has no quantization "
                 "setting).",
                 key="lora.quantize",
-                details=["QLoRA runs with algorithm=dpo (TRL); SFT and the PPO family take LoRA on a bf16 base"],
+                details=[
+                    "QLoRA runs with the TRL algorithms (dpo, rm, kto, orpo, simpo); SFT and the PPO family take "
+                    "LoRA on a bf16 base"
+                ],
                 hint=f"lora=r{lora.rank} (LoRA on the full-precision base), or algorithm=dpo",
             )
         )
@@ -86,8 +89,8 @@ def checks(s: Subject) -> list[Problem]:
 
 def _owned_keys(s: Subject) -> list[Problem]:
     """A backend LoRA key set by hand (the old DPO spelling, verl's own keys) is refused: one way to say it."""
-    owned = OWNED_KEYS.get(s.backend, {})
-    mapping = f"conf/mapping/{s.backend.replace('-', '_')}.yaml"
+    owned = OWNED_KEYS.get(s.backend, OWNED_KEYS["trl"] if s.comp.node == "trl" else {})
+    mapping = f"conf/mapping/{'trl' if s.comp.node == 'trl' else s.backend.replace('-', '_')}.yaml"
     out = []
     for key, new in owned.items():
         if key not in s.built.leaves or s.built.origins.get(key) == mapping:

@@ -115,19 +115,22 @@ def verl_sft(s: Subject, resolved: dict) -> list[Problem]:
     return problems + ([] if have_model else _skipped_model(s))
 
 
-def trl_dpo(s: Subject, resolved: dict) -> list[Problem]:
-    """Build TRL's DPOConfig and ModelConfig from the backend config, as the entry point will."""
-    from trainctl.runtime.trl_dpo_args import split_args
+def trl(s: Subject, resolved: dict) -> list[Problem]:
+    """Build the TRL trainer's config (DPOConfig, RewardConfig, ...) and ModelConfig from the backend config, as the
+    entry point will."""
+    from trainctl.facts.trl import TRAINERS
+    from trainctl.runtime.trl_args import load_class, split_args
 
     problems: list[Problem] = []
     with quiet():
-        from trl import DPOConfig, ModelConfig
+        from trl import ModelConfig
 
-        dpo_args, model_args, _ = split_args(copy.deepcopy(resolved))
+        config = load_class(TRAINERS[s.cfg.family].config)
+        trainer_args, model_args, _ = split_args(copy.deepcopy(resolved), s.cfg.family)
         if s.cfg.hardware.device == "cuda" and not _local_cuda():
-            # DPOConfig checks bf16 against the machine it is built on, not the one the plan targets
-            dpo_args.update(bf16=False, fp16=False)
-        for cls, args in ((DPOConfig, dpo_args), (ModelConfig, model_args)):
+            # TrainingArguments checks bf16 against the machine it is built on, not the one the plan targets
+            trainer_args.update(bf16=False, fp16=False)
+        for cls, args in ((config, trainer_args), (ModelConfig, model_args)):
             try:
                 cls(**args)
             except Exception as e:
@@ -141,7 +144,7 @@ def _local_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft, "trl-dpo": trl_dpo}
+BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft}
 
 # What a run's name and folder set: irrelevant to whether the backend accepts the config. Matched on the key's last
 # part, since verl repeats some (trainer.experiment_name, actor_rollout_ref.rollout.trace.experiment_name).
@@ -178,7 +181,7 @@ def validate(s: Subject, use_cache: bool = True) -> list[Problem]:
     marker = paths.cache_dir() / "validated" / _fingerprint(s, resolved)
     if use_cache and marker.is_file():
         return []
-    problems = BY_BACKEND[s.backend](s, resolved)
+    problems = BY_BACKEND.get(s.backend, trl)(s, resolved)
     if not any(p.is_error for p in problems):
         paths.atomic_write_text(marker, "")
     return problems

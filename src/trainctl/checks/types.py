@@ -3,9 +3,9 @@
 verl: the built config is walked; a node with a `_target_` is checked field by field against that dataclass
 (nested dataclass fields through their annotations); a node no dataclass declares is checked against the type of
 verl's own default value there, plus the few ranges verl needs but leaves unchecked (facts.verl.NODE_RANGES).
-TRL: the flat config against DPOConfig's and ModelConfig's fields. One mechanism (trainctl.config.types), no table
-of keys: a field trainctl never names is checked like any other. Only values trainctl or the user set are reported;
-verl's own defaults are verl's business.
+TRL: the flat config against the trainer's config's and ModelConfig's fields. One mechanism (trainctl.config.types),
+no table of keys: a field trainctl never names is checked like any other. Only values trainctl or the user set are
+reported; verl's own defaults are verl's business.
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ def _tree(subject: Subject) -> dict:
 def check(subject: Subject) -> list[Problem]:
     from trainctl.backends import schemas
 
-    if subject.backend == "trl-dpo":
+    if subject.backend.startswith("trl-"):
         found = schemas.trl_schemas()
-        issues = check_tree(_tree(subject), found.classes[schemas.TRL_ROOT], found.by_name, "", _set_by_us(subject))
+        root = found.classes[schemas.trl_root(subject.cfg.family)]
+        issues = check_tree(_tree(subject), root, found.by_name, "", _set_by_us(subject))
         return [_problem(i, subject, found, "TRL") for i in issues if i.kind != "unknown"]
     found = schemas.verl_schemas()
     issues = walk_verl(_tree(subject), found, found.by_name, _set_by_us(subject), subject.built.defaults)
@@ -116,13 +117,14 @@ def _short(owner: str) -> str:
 
 
 def _owner(issue: Issue, found: BackendSchemas) -> str:
-    """The dataclass that declares an issue's field (the flat TRL schema merges DPOConfig and ModelConfig)."""
-    from trainctl.backends.schemas import TRL_ROOT
+    """The dataclass that declares an issue's field (a flat TRL schema merges the trainer's config and ModelConfig)."""
+    from trainctl.backends.schemas import TRL_ROOTS
 
-    if issue.owner != TRL_ROOT:
+    if issue.owner not in TRL_ROOTS:
         return issue.owner
     field = issue.path.rsplit(".", 1)[-1]
-    return next((n for n, c in found.classes.items() if n != TRL_ROOT and field in c.fields), issue.owner)
+    declaring = (n for short in TRL_ROOTS[issue.owner] for n, c in found.classes.items() if _short(n) == short)
+    return next((n for n in declaring if field in found.classes[n].fields), issue.owner)
 
 
 def _problem(issue: Issue, subject: Subject, found: BackendSchemas, backend: str) -> Problem:
@@ -188,7 +190,8 @@ def _fix(issue: Issue, subject: Subject, found: BackendSchemas) -> str:
             return f"{target}={guess[0]}"
     valid_default = info is None or (fits(default, info.spec) and (not info.range or info.range.admits(default)))
     if default is not None and valid_default:
-        return f"{target}={render_value(default)}  ({'verl' if subject.backend != 'trl-dpo' else 'TRL'}'s default)"
+        backend = "TRL" if subject.backend.startswith("trl-") else "verl"
+        return f"{target}={render_value(default)}  ({backend}'s default)"
     if info is not None:
         return f"{target}={render_value(example(info))}"
     return f"{target}=VALUE"

@@ -54,14 +54,16 @@ Examples:
   trainctl data convert chats.json --to sft --out chats.parquet
   trainctl data convert pairs.csv --to dpo --out pairs.parquet --prompt-col question --chosen-col good \\
       --rejected-col bad
+  trainctl data convert pairs.jsonl --to kto --out kto.parquet    two rows a pair: chosen desirable, rejected not
 \b
 Shapes it recognises: messages; prompt/response (or completion); question/answer;
-instruction/input/output (Alpaca); conversations with from/value (ShareGPT); prompt/chosen/rejected.
+instruction/input/output (Alpaca); conversations with from/value (ShareGPT); prompt/chosen/rejected;
+prompt/completion/label (KTO's unpaired rows).
 """
 )
 def convert(
     input: Annotated[Path, typer.Argument(help="a .jsonl, .json, .csv or .parquet file")],
-    to: Annotated[str, typer.Option("--to", help="rl, sft or dpo")],
+    to: Annotated[str, typer.Option("--to", help="rl, sft, dpo or kto")],
     out: Annotated[Path, typer.Option("--out", help="the parquet file to write")],
     data_source: Annotated[
         str | None, typer.Option("--data-source", help="RL: the data_source verl picks the reward function by")
@@ -76,7 +78,7 @@ def convert(
     chosen_col: Annotated[str | None, typer.Option("--chosen-col", help="the preferred response column")] = None,
     rejected_col: Annotated[str | None, typer.Option("--rejected-col", help="the rejected response column")] = None,
 ) -> None:
-    """Turn your own JSONL, JSON, CSV or parquet file into the format a trainer reads (rl, sft or dpo)."""
+    """Turn your own JSONL, JSON, CSV or parquet file into the format a trainer reads (rl, sft, dpo or kto)."""
     from trainctl.data.convert import convert as run
 
     mapping = {

@@ -24,11 +24,12 @@ from trainctl.config.overrides import Override, suggest_option
 from trainctl.config.schema import BACKEND_NODES, SECTIONS, declares, moved
 from trainctl.config.search import GROUPS, SearchPath
 from trainctl.errors import ConfigProblems, Problem
+from trainctl.facts.trl import TRAINERS
 
 # Top-level sections of the trainctl config that are trainctl's own (declared in trainctl.config.schema).
 TRAINCTL_SECTIONS = SECTIONS
-# Which backend node each algorithm family's keys live under.
-FAMILY_NODE = {"sft": "verl", "ppo": "verl", "dpo": "trl"}
+# Which backend node each algorithm family's keys live under: verl's two trainers, and one family per TRL trainer
+FAMILY_NODE = {"sft": "verl", "ppo": "verl", **dict.fromkeys(TRAINERS, "trl")}
 PRIMARY = "trainctl"
 # groups of which several options may be chosen at once (logger=[wandb,tensorboard]); their options add to dicts
 MULTI_CHOICE_GROUPS = ("logger",)
@@ -300,7 +301,8 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
             Problem(
                 f"algorithm.family is {family!r}; it must be one of {', '.join(FAMILY_NODE)}.",
                 key="algorithm.family",
-                hint="an algorithm file sets family: sft (verl SFT), dpo (TRL) or ppo (verl main_ppo)",
+                hint="an algorithm file sets family: sft (verl SFT), ppo (verl main_ppo), or a TRL trainer's: "
+                + ", ".join(TRAINERS),
             )
         )
         raise ConfigProblems(problems)

@@ -19,8 +19,9 @@ from typing import Any, Literal
 from trainctl.config.types import bounds, type_hints
 from trainctl.facts.verl import REWARD_NODE_KEYS
 
-Family = Literal["sft", "dpo", "ppo"]
-DataFormat = Literal["rl", "sft", "dpo"]
+# verl's two trainers, and one family per TRL trainer (trainctl.facts.trl.TRAINERS; a test keeps them equal)
+Family = Literal["sft", "ppo", "dpo", "rm", "kto", "orpo", "cpo"]
+DataFormat = Literal["rl", "sft", "dpo", "kto"]
 
 
 def doc(text: str, **limits) -> Any:
@@ -83,8 +84,13 @@ class Run:
 @dataclass
 class Algorithm:
     name: str = doc("the algorithm's name (the option's file name)")
-    family: Family = doc("which trainer runs it: sft (verl sft_trainer), dpo (TRL DPOTrainer), ppo (verl main_ppo)")
-    data_format: DataFormat = doc("the data format it reads: rl (prompts and ground truths), sft, dpo (pairs)")
+    family: Family = doc(
+        "which trainer runs it: sft (verl sft_trainer), ppo (verl main_ppo), or TRL's: dpo (DPOTrainer), rm "
+        "(RewardTrainer), kto (KTOTrainer), orpo (ORPOTrainer), cpo (CPOTrainer: CPO and SimPO)"
+    )
+    data_format: DataFormat = doc(
+        "the data format it reads: rl (prompts and ground truths), sft, dpo (pairs), kto (unpaired, labelled answers)"
+    )
 
 
 @dataclass
@@ -147,7 +153,7 @@ class Data:
     name: str = doc("the dataset's name (the option's file name)")
     dir: str = doc("where `trainctl data prep NAME` writes it")
     train_files: str = doc("the file training reads (the algorithm's format folder)")
-    formats: list[DataFormat] = doc("the formats `data prep` writes: rl, sft, dpo")
+    formats: list[DataFormat] = doc("the formats `data prep` writes: rl, sft, dpo, kto")
     max_prompt_length: int = doc("token budget of a prompt; longer prompts are an error (`trainctl data check`)", ge=1)
     max_response_length: int = doc("token budget of a response; generation stops there", ge=1)
     val_files: str | None = opt("the held-out file validation reads")

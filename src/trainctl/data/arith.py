@@ -100,7 +100,7 @@ def corpus_lines(n: int = 400) -> list[str]:
 
 
 def examples(split: str, n: int, seed: int) -> Iterator[tuple]:
-    """(example, location, extra_info) for every problem: the answer for SFT and RL, a rejected one for DPO."""
+    """(example, location, extra_info) for every problem: the answer for SFT and RL, a rejected one for DPO and KTO."""
     from trainctl.data.shapes import Example
 
     rng = random.Random(f"{seed}-{split}-wrong")
@@ -120,4 +120,5 @@ def rows(fmt: str, split: str, n: int, seed: int) -> Iterator[dict]:
 
     target = Target(fmt=fmt, data_source="openai/gsm8k", ability="math", split=split)
     for i, (ex, _, extra) in enumerate(examples(split, n, seed)):
-        yield target.row(ex, i, extra)
+        yield from target.rows(ex, i, extra)
+    yield from target.rest()

@@ -24,13 +24,14 @@ REQUIRED = {
     "rl": ("data_source", "prompt", "reward_model"),
     "sft": ("messages",),
     "dpo": ("prompt", "chosen", "rejected"),
+    "kto": ("prompt", "completion", "label"),
 }
 FORMAT_OF = {frozenset(cols): fmt for fmt, cols in REQUIRED.items()}
-DEFAULT_ALGORITHM = {"rl": "grpo", "sft": "sft", "dpo": "dpo"}
+DEFAULT_ALGORITHM = {"rl": "grpo", "sft": "sft", "dpo": "dpo", "kto": "kto"}
 
 
 def detect_format(columns: set[str]) -> str | None:
-    for fmt in ("rl", "dpo", "sft"):
+    for fmt in ("rl", "dpo", "kto", "sft"):
         if set(REQUIRED[fmt]) <= columns:
             return fmt
     return None
@@ -210,6 +211,15 @@ def _row_problems(fmt: str, row: dict) -> list[str]:
         if not any(m["role"] == "assistant" for m in msgs):
             return ["no assistant message to learn"]
         return []
+    if fmt == "kto":
+        out = []
+        for key in ("prompt", "completion"):
+            v = row.get(key)
+            if not (isinstance(v, str) and v.strip()) and not _msgs_ok(v):
+                out.append(f"empty or malformed {key}")
+        if not isinstance(row.get("label"), bool):
+            out.append("label is not true or false")
+        return out
     out = []
     for key in ("prompt", "chosen", "rejected"):
         v = row.get(key)
@@ -221,7 +231,8 @@ def _row_problems(fmt: str, row: dict) -> list[str]:
 
 
 def _length_texts(fmt: str, row: dict) -> list | str:
-    """What counts against the limit: RL the prompt, SFT the whole conversation, DPO the prompt and longer answer."""
+    """What counts against the limit: RL the prompt, SFT the whole conversation, DPO the prompt and longer answer,
+    KTO the prompt and its answer."""
     if fmt == "rl":
         return row.get("prompt") or []
     if fmt == "sft":
@@ -229,6 +240,9 @@ def _length_texts(fmt: str, row: dict) -> list | str:
 
     def as_msgs(v, role):
         return [{"role": role, "content": v}] if isinstance(v, str) else list(v or [])
+
+    if fmt == "kto":
+        return as_msgs(row.get("prompt"), "user") + as_msgs(row.get("completion"), "assistant")
 
     longer = max((row.get("chosen"), row.get("rejected")), key=lambda v: len(json.dumps(v, default=str)))
     return as_msgs(row.get("prompt"), "user") + as_msgs(longer, "assistant")
@@ -343,7 +357,7 @@ def check_args(path: Path, overrides: list[str], search) -> list[str]:
         if fmt is None:
             raise DataError(
                 f"cannot tell which trainer {path} is for (columns: {', '.join(sorted(cols)) or 'none'}).",
-                hint="name the algorithm: trainctl data check FILE algorithm=grpo (or sft, dpo)",
+                hint="name the algorithm: trainctl data check FILE algorithm=grpo (or sft, dpo, kto)",
             )
         args.insert(0, f"algorithm={DEFAULT_ALGORITHM[fmt]}")
     if not any(a.split("=")[0] == "data" for a in args):

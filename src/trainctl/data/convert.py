@@ -3,7 +3,10 @@
 rl   verl's RLHFDataset: data_source, prompt (messages), ability, reward_model {style, ground_truth},
      extra_info {split, index, ...}
 sft  verl 0.9.1's MultiTurnSFTDataset: messages
-dpo  TRL's DPOTrainer, conversational: prompt (messages), chosen and rejected (assistant messages)
+dpo  TRL's DPOTrainer (and its reward, ORPO and CPO trainers), conversational: prompt (messages), chosen and
+     rejected (assistant messages)
+kto  TRL's KTOTrainer, unpaired and conversational: prompt (messages), completion (assistant messages), label (true:
+     desirable); a preference pair becomes two rows
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from trainctl.data.shapes import Example, Shape, Skip, detect, example, ground_t
 from trainctl.data.writer import ParquetWriter
 from trainctl.facts import verl as verl_facts
 
-FORMATS = ("rl", "sft", "dpo")
+FORMATS = ("rl", "sft", "dpo", "kto")
 # rows between progress bar updates (a redraw per row would cost more than the row)
 PROGRESS_EVERY = 1000
 
@@ -52,6 +55,36 @@ class Target:
     ability: str = "math"
     instruction: str | None = None
     split: str = "train"
+    # kto: a pair's undesirable row, written after the next example's desirable one (see rows())
+    _held: dict | None = field(default=None, repr=False, compare=False)
+
+    def rows(self, ex: Example, index: int, extra: dict | None = None) -> list[dict]:
+        """The rows an example becomes: one, or for kto one per labelled answer.
+
+        KTO's rows: the chosen answer desirable, the rejected one not. TRL's KTOTrainer reads rows in order and
+        estimates its KL term by pairing each row's prompt with its neighbour's answer in the micro-batch, so a
+        pair's undesirable row is held back one example: no two neighbouring rows share a prompt, and desirable and
+        undesirable rows still alternate."""
+        if self.fmt != "kto":
+            return [self.row(ex, index, extra)]
+        if ex.chosen is None and ex.rejected is None:
+            raise Skip("no labelled answer (KTO needs a prompt and a desirable or an undesirable answer)")
+        out = [{"prompt": ex.prompt, "completion": ex.chosen, "label": True}] if ex.chosen is not None else []
+        if self._held is not None:
+            out.append(self._held)
+            self._held = None
+        if ex.rejected is not None:
+            row = {"prompt": ex.prompt, "completion": ex.rejected, "label": False}
+            if ex.chosen is not None:
+                self._held = row
+            else:
+                out.append(row)
+        return out
+
+    def rest(self) -> list[dict]:
+        """What rows() still holds back, once the examples have ended."""
+        held, self._held = self._held, None
+        return [held] if held is not None else []
 
     def row(self, ex: Example, index: int, extra: dict | None = None) -> dict:
         if self.fmt == "sft":
@@ -119,13 +152,18 @@ def write_formats(
                 continue
             for fmt, (target, _) in targets.items():
                 try:
-                    writers[fmt].write(target.row(ex, counts[fmt], extra))
-                    counts[fmt] += 1
+                    for row in target.rows(ex, counts[fmt], extra):
+                        writers[fmt].write(row)
+                        counts[fmt] += 1
                 except Skip as s:
                     summary.drop(f"{fmt}: {s}" if several else str(s), where)
             seen += 1
             if limit and seen >= limit:
                 break
+        for fmt, (target, _) in targets.items():
+            for row in target.rest():
+                writers[fmt].write(row)
+                counts[fmt] += 1
         for fmt, (_, out) in targets.items():
             if counts[fmt] == 0:
                 reasons = (

@@ -6,6 +6,7 @@ preference        {"prompt", "chosen", "rejected"}          (strings or message 
 alpaca            {"instruction", "input"?, "output"}
 question_answer   {"question", "answer"}
 prompt_response   {"prompt", "response"} or {"prompt", "completion"}
+unpaired          {"prompt", "completion", "label"}           (KTO's: label true for a desirable answer)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SHAPES: dict[str, dict[str, str]] = {
     "question_answer": {"question": "question", "answer": "answer"},
     "prompt_response": {"prompt": "prompt", "response": "response"},
     "prompt_completion": {"prompt": "prompt", "response": "completion"},
+    "unpaired": {"prompt": "prompt", "completion": "completion", "label": "label"},
 }
 # the flags that name columns, and the shape they imply
 FLAGS = {
@@ -107,8 +109,8 @@ def detect(columns: set[str], mapping: dict[str, str | None] | None = None) -> S
         if set(required.values()) <= columns:
             present = {role.rstrip("?"): col for role, col in cols.items() if col in columns}
             matches.append(Shape(name, present))
-    # a preference file also has prompt: prefer the fuller match
-    if any(m.name == "preference" for m in matches):
+    # a preference or unpaired file also has prompt (and completion): prefer the fuller match
+    if any(m.name in ("preference", "unpaired") for m in matches):
         matches = [m for m in matches if m.name not in ("prompt_response", "prompt_completion")]
     if len(matches) == 1:
         return matches[0]
@@ -187,6 +189,20 @@ def _from_preference(c: dict, row: dict) -> Example:
     return _split_pair(prompt, chosen, rejected)
 
 
+def _from_unpaired(c: dict, row: dict) -> Example:
+    """A labelled answer: a desirable one as chosen, an undesirable one as rejected (the other side stays empty)."""
+    prompt = _turns(row.get(c["prompt"]), "prompt", "user")
+    completion = _turns(row.get(c["completion"]), "completion", "assistant")
+    label = row.get(c["label"])
+    if isinstance(label, str) and label.strip().lower() in ("true", "false", "1", "0"):
+        label = label.strip().lower() in ("true", "1")
+    if not isinstance(label, bool | int) or label not in (True, False, 0, 1):
+        raise Skip("label is not true or false")
+    if completion[-1]["role"] != "assistant":
+        raise Skip("completion does not end with an assistant message")
+    return Example(prompt, chosen=completion) if label else Example(prompt, rejected=completion)
+
+
 def _from_alpaca(c: dict, row: dict) -> Example:
     text = _text(row.get(c["instruction"]), "instruction")
     extra = row.get(c.get("input", "input"))
@@ -213,6 +229,7 @@ _EXAMPLE = {
     "question_answer": _from_question_answer,
     "prompt_response": _from_prompt_response,
     "prompt_completion": _from_prompt_response,
+    "unpaired": _from_unpaired,
 }
 
 

@@ -116,7 +116,7 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run / 'mlflow.db'}"
     if plan.backend.node == "trl" and launchers.get(hw.launcher).ray != "own":
-        # Ray Train sizes itself from this (trainctl.runtime.trl_dpo_entry --ray)
+        # Ray Train sizes itself from this (trainctl.runtime.trl_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
     if launchers.get(hw.launcher).ray == "join":
         from trainctl.secrets import is_secret_name
@@ -187,7 +187,7 @@ def expected_steps(plan: Plan) -> int | None:
         rows = min(rows, most) if isinstance(most, int) and most > 0 else rows
         batch = plan.value("data.gen_batch_size") or plan.value("data.train_batch_size")
         return rows // batch * plan.value("trainer.total_epochs") if batch else None
-    if family == "dpo":
+    if plan.backend.node == "trl":
         if (plan.value("max_steps") or -1) > 0:
             return plan.value("max_steps")
         if rows is None:
@@ -310,7 +310,7 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
     tools.write_tool_config(plan)  # <run>/tools.yaml, issue 11
     attempt_n = len(run.status()["attempts"]) + 1
     command = full_command(plan, attempt_n)
-    if resume and plan.backend.name == "trl-dpo":
+    if resume and plan.backend.node == "trl":
         command.argv.append("--resume")
     run.write_command(plan, command, args)
     launcher = launchers.get(plan.cfg.hardware.launcher)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trainctl.facts.trl import TRAINERS
 from trainctl.models.info import ModelInfo
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ NF4_BYTES = 0.5 + 4 / 64
 class Setup:
     """The settings of a run that decide its memory, read from its plan."""
 
-    family: str  # sft, dpo, ppo
+    family: str  # sft, ppo, dpo (every TRL trainer)
     world: int
     gpus_per_node: int
     device: str
@@ -314,8 +315,9 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
             **common,
         )
     use_peft = bool(v("use_peft"))
+    trainer = TRAINERS.get(family, TRAINERS["dpo"])
     return Setup(
-        family="dpo",
+        family="dpo",  # every TRL trainer: DDP replicas, two sequences a row (a pair, or KTO's answer and KL sample)
         micro=v("per_device_train_batch_size") or 1,
         seq=v("max_length") or 0,
         lora_rank=(v("lora_r") or 16) if use_peft else 0,
@@ -324,14 +326,15 @@ def setup_from(cfg: Config, value: Callable[..., Any]) -> Setup:
         param_offload=False,
         optimizer_offload=False,
         grad_ckpt=bool(v("gradient_checkpointing")),
-        reference=not use_peft,
+        # DPO and KTO keep a frozen copy (with LoRA: the base with the adapters off); ORPO, SimPO and reward models none
+        reference=trainer.reference and not use_peft,
         ref_offload=False,
         critic=False,
         rollout_engine=None,
         rollout_util=0.0,
         rollout_tp=1,
         sharded=False,
-        # trainctl's DPO entry point loads the model in bf16/fp16 when training in it, else fp32
+        # trainctl's TRL entry point loads the model in bf16/fp16 when training in it, else fp32
         weight_bytes=2 if v("bf16") or v("fp16") else 4,
         **common,
     )

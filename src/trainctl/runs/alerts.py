@@ -8,13 +8,17 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from trainctl.facts.trl import TRAINERS
+
 GRAD_NORMS = ("train/grad_norm", "actor/grad_norm", "critic/grad_norm")
 # a gradient norm this many times the recent median is a spike (and above this floor: tiny norms jitter)
 SPIKE_FACTOR = 10.0
 SPIKE_FLOOR = 1.0
-# the key to clip gradients with, per family
-CLIP_KEY = {"sft": "optim.clip_grad", "ppo": "actor_rollout_ref.actor.optim.clip_grad", "dpo": "max_grad_norm"}
-LR_KEY = {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr", "dpo": "learning_rate"}
+# the key to clip gradients with, per family (every TRL trainer's are TrainingArguments')
+CLIP_KEY = {"sft": "optim.clip_grad", "ppo": "actor_rollout_ref.actor.optim.clip_grad"} | dict.fromkeys(
+    TRAINERS, "max_grad_norm"
+)
+LR_KEY = {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr"} | dict.fromkeys(TRAINERS, "learning_rate")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The few metrics that matter for each algorithm family, under the trainer's own names."""
+"""The few metrics that matter for each algorithm family, under the trainer's own names (TRL's as its JSONL callback
+writes them: train/..., eval/...)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,39 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
         KeyMetric("eval loss", ("eval/loss",), True),
         KeyMetric("grad norm", ("train/grad_norm",)),
     ),
+    # a reward model: how often the chosen answer scores higher, and by how much
+    "rm": (
+        LOSS,
+        KeyMetric("accuracy", ("train/accuracy",), False),
+        KeyMetric("margin", ("train/margin",), False),
+        KeyMetric("eval accuracy", ("eval/accuracy",), False),
+        KeyMetric("grad norm", ("train/grad_norm",)),
+    ),
+    # unpaired: no accuracy; the margin is the mean desirable reward minus the mean undesirable one, and the KL
+    # estimate against the reference
+    "kto": (
+        LOSS,
+        KeyMetric("margin", ("train/rewards/margins",), False),
+        KeyMetric("KL", ("train/kl",)),
+        KeyMetric("eval loss", ("eval/loss",), True),
+        KeyMetric("grad norm", ("train/grad_norm",)),
+    ),
+    # the SFT term on the chosen answer and the odds-ratio term
+    "orpo": (
+        LOSS,
+        KeyMetric("accuracy", ("train/rewards/accuracies",), False),
+        KeyMetric("NLL", ("train/nll_loss",), True),
+        KeyMetric("log odds ratio", ("train/log_odds_ratio",), False),
+        KeyMetric("eval loss", ("eval/loss",), True),
+    ),
+    # CPO and SimPO (the reward: beta x the mean log-likelihood)
+    "cpo": (
+        LOSS,
+        KeyMetric("accuracy", ("train/rewards/accuracies",), False),
+        KeyMetric("margin", ("train/rewards/margins",), False),
+        KeyMetric("eval loss", ("eval/loss",), True),
+        KeyMetric("grad norm", ("train/grad_norm",)),
+    ),
     "ppo": (
         KeyMetric("reward", ("critic/score/mean",), False),
         # the KL the algorithm controls: to the reference (a loss term or a reward penalty), else to the old policy
@@ -37,11 +71,13 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
         KeyMetric("response len", ("response_length/mean",)),
         KeyMetric("policy loss", ("actor/pg_loss",)),
         KeyMetric("value loss", ("critic/vf_loss",), True),
+        # how far the rollout's token probabilities are from the trainer's (runs.alerts.ROLLOUT_GAP)
+        KeyMetric("rollout gap", ("training/rollout_probs_diff_mean",), True),
     ),
 }
 
 # the one number `runs ls` shows per run
-HEADLINE = {"sft": LOSS, "dpo": LOSS, "ppo": KEY_METRICS["ppo"][0]}
+HEADLINE = {"ppo": KEY_METRICS["ppo"][0]}  # else the loss
 
 
 def key_metrics(family: str | None) -> tuple[KeyMetric, ...]:

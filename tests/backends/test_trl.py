@@ -1,5 +1,5 @@
-"""trainctl.backends.trl_dpo: TRL's DPOConfig and ModelConfig defaults as one flat config (cached per version), and
-the command that runs trainctl's DPO entry point under torchrun or Ray Train."""
+"""trainctl.backends.trl: each TRL trainer's config and ModelConfig defaults as one flat config (cached per trainer and
+version), and the command that runs trainctl's TRL entry point under torchrun or Ray Train."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainctl import paths
-from trainctl.backends import trl_dpo
-from trainctl.backends.trl_dpo import TrlDPO
-from trainctl.facts.trl import DATA_KEYS, ENTRY
+from trainctl.backends import backend_for, trl
+from trainctl.backends.trl import TrlBackend
+from trainctl.facts.trl import DATA_KEYS, ENTRY, TRAINERS
 from trainctl.plan import make_plan
+from trainctl.runtime.trl_args import load_class
 
 TORCH_RUN = "torch.distributed.run"
 
@@ -21,34 +24,49 @@ TORCH_RUN = "torch.distributed.run"
 def test_the_defaults_are_trls_dataclass_fields_and_the_data_keys():
     from trl import DPOConfig, ModelConfig
 
-    tree = trl_dpo.trl_defaults()
+    tree = trl.trl_defaults()
     assert tree["beta"] == DPOConfig.__dataclass_fields__["beta"].default
     assert tree["lora_r"] == ModelConfig.__dataclass_fields__["lora_r"].default
     assert {k: tree[k] for k in DATA_KEYS} == DATA_KEYS
     init_fields = {f.name for cls in (DPOConfig, ModelConfig) for f in dataclasses.fields(cls) if f.init}
     assert set(tree) == init_fields | set(DATA_KEYS)
     json.dumps(tree)  # plain data: enums, tuples and the like made JSON
-    assert TrlDPO().defaults({}).beta == tree["beta"]
+    assert TrlBackend("dpo").defaults({}).beta == tree["beta"]
+
+
+@pytest.mark.parametrize("family", sorted(TRAINERS))
+def test_each_trl_trainer_is_one_row_its_backend_reads(family):
+    """One class serves every TRL trainer: its row names the config class whose defaults it holds."""
+    from trl import ModelConfig
+
+    backend = backend_for(family)
+    assert isinstance(backend, TrlBackend) and backend.node == "trl" and backend.mapping == "trl"
+    assert (backend.name, backend.config_file) == (f"trl-{family}", f"trl_{family}.yaml")
+    config = load_class(TRAINERS[family].config)
+    tree = trl.trl_defaults(family)
+    init_fields = {f.name for cls in (config, ModelConfig) for f in dataclasses.fields(cls) if f.init}
+    assert set(tree) == init_fields | set(DATA_KEYS)
+    assert tree["learning_rate"] == config.__dataclass_fields__["learning_rate"].default
 
 
 def test_the_defaults_are_cached_on_disk_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "cache"))  # damaged here, not in the session's cache
-    trl_dpo._TRL_DEFAULTS.clear()
-    tree = trl_dpo.trl_defaults()
+    trl._TRL_DEFAULTS.clear()
+    tree = trl.trl_defaults()
     cached = sorted(paths.cache_dir().glob("trl-dpo-*.json"))
     assert cached and json.loads(cached[-1].read_text()) == tree
     cached[-1].write_text("{not json")
-    trl_dpo._TRL_DEFAULTS.clear()
-    assert trl_dpo.trl_defaults() == tree
+    trl._TRL_DEFAULTS.clear()
+    assert trl.trl_defaults() == tree
     assert json.loads(cached[-1].read_text()) == tree
 
 
 def test_a_process_whose_cache_folder_changes_leaves_the_defaults_in_the_new_one(tmp_path, monkeypatch):
     """The processes a launch starts read the defaults from the launch's cache folder: a process that knew them
     under another folder (a test session's dry runs, a server) writes them there, not only keeps them in memory."""
-    tree = trl_dpo.trl_defaults()  # in this process's memory now
+    tree = trl.trl_defaults()  # in this process's memory now
     monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "other"))
-    assert trl_dpo.trl_defaults() == tree
+    assert trl.trl_defaults() == tree
     (cached,) = (tmp_path / "other").glob("trl-dpo-*.json")
     assert json.loads(cached.read_text()) == tree
 
@@ -58,7 +76,7 @@ def test_jsonable_keeps_plain_values_and_names_the_rest():
         FAST = "fast"
 
     value = {"a": (1, Mode.FAST), 2: None, "p": Path("/x")}
-    assert trl_dpo._jsonable(value) == {"a": [1, "fast"], "2": None, "p": "/x"}
+    assert trl._jsonable(value) == {"a": [1, "fast"], "2": None, "p": "/x"}
 
 
 def test_a_local_run_is_one_process_per_device_under_torchrun():
@@ -68,7 +86,8 @@ def test_a_local_run_is_one_process_per_device_under_torchrun():
     assert torchrun in ([str(Path(sys.executable).parent / "torchrun")], [sys.executable, "-m", TORCH_RUN])
     run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
     assert command.argv[len(torchrun) :] == [
-        "--standalone", "--nnodes=1", "--nproc_per_node=8", "-m", ENTRY, "--config", f"{run_dir}/trl_dpo.yaml",
+        "--standalone", "--nnodes=1", "--nproc_per_node=8", "-m", ENTRY, "--trainer", "dpo",
+        "--config", f"{run_dir}/trl_dpo.yaml",
     ]  # fmt: skip
     assert command.env == {} and command.launcher == "local"
     # TRL's `trl dpo` cannot run these parquet files: the plan says what the line above runs instead
@@ -80,5 +99,5 @@ def test_across_machines_ray_train_runs_the_entry_point_on_the_clusters_interpre
         ["algorithm=dpo", "data=hh-rlhf", "hardware=2x8gpu", "hardware.ray_address=ray://10.0.0.1:10001"], native=False
     )
     command = plan.backend.command(plan.cfg, plan.built, config_dir="@PWD@")
-    assert command.argv == ["python", "-m", ENTRY, "--ray", "--config", "@PWD@/trl_dpo.yaml"]
+    assert command.argv == ["python", "-m", ENTRY, "--ray", "--trainer", "dpo", "--config", "@PWD@/trl_dpo.yaml"]
     assert command.env == {"RAY_ADDRESS": "ray://10.0.0.1:10001"} and command.launcher == "ray_cluster"

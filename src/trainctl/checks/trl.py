@@ -1,4 +1,4 @@
-"""Checks for DPO (TRL DPOTrainer)."""
+"""Checks for the TRL trainers (DPO, reward models, KTO, ORPO, CPO/SimPO): what each leaves until it runs."""
 
 from __future__ import annotations
 
@@ -6,32 +6,51 @@ import math
 from typing import TYPE_CHECKING
 
 from trainctl.checks.base import Number
+from trainctl.config.overrides import render_value
 from trainctl.errors import Problem
-from trainctl.facts.trl import LOSS_TYPES
+from trainctl.facts.trl import LOSS_TYPES, TRAINERS
 from trainctl.suggest import closest
 
 if TYPE_CHECKING:
     from trainctl.checks.base import Subject
 
 
+def _trainer(s: Subject):
+    return TRAINERS[s.cfg.family]
+
+
 def checks(s: Subject) -> list[Problem]:
     problems = []
-    losses = s.value("loss_type")
+    trainer = _trainer(s)
+    known = LOSS_TYPES.get(trainer.family, ())
+    losses = s.value("loss_type") if known else None
     for loss in [losses] if isinstance(losses, str) else list(losses or []):
-        if loss not in LOSS_TYPES:
-            guess = closest(str(loss), LOSS_TYPES)
+        if loss not in known:
+            guess = closest(str(loss), known)
+            default = s.built.defaults.get("loss_type")
             problems.append(
                 Problem(
-                    f"loss_type has {loss!r}, which TRL's DPOTrainer does not know.",
+                    f"loss_type has {loss!r}, which TRL's {trainer.trainer.split(':')[1]} does not know.",
                     key="loss_type",
-                    details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(LOSS_TYPES)}"],
-                    hint="loss_type=[sigmoid]",
+                    details=[f"Did you mean '{guess[0]}'?"] if guess else [f"Known: {', '.join(known)}"],
+                    hint=f"loss_type={render_value(default)}",
                 )
             )
     beta = s.value("beta")
-    if not isinstance(beta, int | float) or beta <= 0:
+    if trainer.beta and (not isinstance(beta, int | float) or beta <= 0):
         problems.append(
-            Problem(f"beta = {beta!r}: DPO's KL strength must be a positive number.", key="beta", hint="beta=0.1")
+            Problem(f"beta = {beta!r}: {trainer.beta} must be a positive number.", key="beta", hint="beta=0.1")
+        )
+    micro = s.value("per_device_train_batch_size")
+    if trainer.family == "kto" and s.value("loss_type") == "kto" and isinstance(micro, int) and micro < 2:
+        # TRL raises this once the trainer is built, after the model has loaded
+        problems.append(
+            Problem(
+                f"per_device_train_batch_size = {micro}: KTO estimates its KL term by pairing each row's prompt with "
+                "another row's answer in the same micro-batch, so it needs at least 2 rows there.",
+                key="per_device_train_batch_size",
+                hint="hardware.micro_batch_size_per_gpu=2 (or loss_type=apo_zero_unpaired, which needs no KL estimate)",
+            )
         )
     device = s.cfg.hardware.device
     if device == "cpu" and (s.value("bf16") or s.value("fp16")):
@@ -47,7 +66,7 @@ def checks(s: Subject) -> list[Problem]:
     if isinstance(L, int) and ctx < L:
         problems.append(
             Problem(
-                "DPO pairs may be longer than the model's context:",
+                f"{trainer.title}'s {trainer.row} may be longer than the model's context:",
                 key="max_length",
                 details=[f"max_length = {L} > {ctx} (model.context_length of model={s.cfg.model.name})"],
                 hint=f"max_length={ctx}",
@@ -64,7 +83,7 @@ def checks(s: Subject) -> list[Problem]:
     if rows is not None and per_step and rows < per_step:
         problems.append(
             Problem(
-                f"The training file has {rows} pairs, fewer than one optimizer step takes ({per_step}).",
+                f"The training file has {rows} {trainer.row}, fewer than one optimizer step takes ({per_step}).",
                 key="gradient_accumulation_steps",
                 severity="warning",
                 hint="lower gradient_accumulation_steps or hardware.micro_batch_size_per_gpu",
@@ -86,9 +105,10 @@ def _per_step(s: Subject) -> int | None:
 
 def numbers(s: Subject) -> list[Number]:
     b, g, world = s.value("per_device_train_batch_size"), s.value("gradient_accumulation_steps"), _world(s)
+    unit = _trainer(s).row
     out = [
         Number(
-            "pairs per optimizer step",
+            f"{unit} per optimizer step",
             b * g * world,
             f"per_device_train_batch_size {b} x accumulation {g} x {world} ranks",
         ),
@@ -102,7 +122,7 @@ def numbers(s: Subject) -> list[Number]:
         epochs = s.value("num_train_epochs")
         max_steps = s.value("max_steps")
         total = max_steps if isinstance(max_steps, int) and max_steps > 0 else math.ceil(steps * epochs)
-        out.append(Number("steps per epoch", steps, f"ceil({rows} pairs / ({b} x {world})) // {g}"))
+        out.append(Number("steps per epoch", steps, f"ceil({rows} {unit} / ({b} x {world})) // {g}"))
         out.append(
             Number("total steps", total, "max_steps" if max_steps and max_steps > 0 else f"{steps} x {epochs} epochs")
         )

@@ -1,9 +1,11 @@
-"""DPO with TRL, from the backend config trainctl wrote (python -m trainctl.runtime.trl_dpo_entry --config FILE).
+"""A TRL trainer from the backend config trainctl wrote (python -m trainctl.runtime.trl_entry --trainer FAMILY
+--config FILE): DPO, reward models, KTO, ORPO, CPO/SimPO, each a row of trainctl.facts.trl.TRAINERS.
 
 Started by torchrun on one machine (one process per device), or with --ray by Ray Train's TorchTrainer across
-machines. The reference model is handled the TRL way: a frozen copy of the policy for full fine-tuning, the
-adapter-disabled base for LoRA. The final model (or adapter) is saved as checkpoints/checkpoint-<step>/ with its
-tokenizer and trainer_state.json, like the intermediate ones.
+machines. A trainer with a reference model gets it the TRL way: a frozen copy of the policy for full fine-tuning,
+the adapter-disabled base for LoRA. A reward model is the base model with a one-label classification head. The final
+model (or adapter) is saved as checkpoints/checkpoint-<step>/ with its tokenizer and trainer_state.json, like the
+intermediate ones.
 """
 
 from __future__ import annotations
@@ -41,17 +43,19 @@ def _datasets(data: dict):
     return load_dataset("parquet", data_files=files)
 
 
-def train(config_path: str, resume: bool = False) -> None:
+def train(family: str, config_path: str, resume: bool = False) -> None:
     import torch
     from omegaconf import OmegaConf
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer, ModelConfig, get_peft_config
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from trl import ModelConfig, get_peft_config
 
-    from trainctl.runtime.trl_dpo_args import split_args
+    from trainctl.facts.trl import TRAINERS
+    from trainctl.runtime.trl_args import load_class, split_args
 
+    spec = TRAINERS[family]
     flat = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
-    dpo_args, model_args, data = split_args(flat)
-    args = DPOConfig(**dpo_args)
+    trainer_args, model_args, data = split_args(flat, family)
+    args = load_class(spec.config)(**trainer_args)
     model_config = ModelConfig(**model_args)
     path = model_config.model_name_or_path
 
@@ -73,22 +77,29 @@ def train(config_path: str, resume: bool = False) -> None:
             bnb_4bit_quant_storage=model_config.bnb_4bit_quant_storage or dtype,
         )
         kwargs["device_map"] = get_kbit_device_map()
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if spec.model == "classifier":
+        # a reward model: the base with a one-label head (the reward), which TRL trains with the rest; the head's
+        # weights are saved with the model, so the checkpoint loads as the classifier it is
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
+        model.config.pad_token_id = tokenizer.pad_token_id  # the reward is read at the last token that is not pad
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     peft_config = get_peft_config(model_config)  # None unless use_peft
 
     dataset = _datasets(data)
-    trainer = DPOTrainer(
+    extra = {"ref_model": None} if spec.reference else {}  # TRL makes it: a frozen copy, or the base under the adapter
+    trainer = load_class(spec.trainer)(
         model=model,
-        ref_model=None,  # TRL makes the reference: a frozen copy, or the base under the adapter
         args=args,
         train_dataset=dataset["train"],
         eval_dataset=dataset.get("test") if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[_metrics_callback(os.environ.get("TRAINCTL_METRICS_PATH"))],
+        **extra,
     )
     last = _last_checkpoint(args.output_dir) if resume else None
     trainer.train(resume_from_checkpoint=last)
@@ -105,7 +116,7 @@ def _last_checkpoint(output_dir: str) -> str | None:
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
-def train_on_ray(config_path: str, resume: bool) -> None:
+def train_on_ray(family: str, config_path: str, resume: bool) -> None:
     """Ray Train across machines: one worker per device, each running the same training function."""
     from omegaconf import OmegaConf
     from ray.train import RunConfig, ScalingConfig
@@ -125,7 +136,7 @@ def train_on_ray(config_path: str, resume: bool) -> None:
             os.environ["TRAINCTL_METRICS_PATH"] = metrics
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
             fh.write(config_text)
-        train(fh.name, resume)
+        train(family, fh.name, resume)
 
     trainer = TorchTrainer(
         loop,
@@ -138,15 +149,18 @@ def train_on_ray(config_path: str, resume: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trl_dpo_entry", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the backend config (trl_dpo.yaml in the run folder)")
+    from trainctl.facts.trl import TRAINERS
+
+    parser = argparse.ArgumentParser(prog="trl_entry", description=__doc__.splitlines()[0])
+    parser.add_argument("--trainer", choices=sorted(TRAINERS), default="dpo", help="the TRL trainer (its family)")
+    parser.add_argument("--config", required=True, help="the backend config (trl_<family>.yaml in the run folder)")
     parser.add_argument("--ray", action="store_true", help="run on a Ray cluster with Ray Train")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint-N")
     ns = parser.parse_args(argv)
     if ns.ray:
-        train_on_ray(ns.config, ns.resume)
+        train_on_ray(ns.trainer, ns.config, ns.resume)
     else:
-        train(ns.config, ns.resume)
+        train(ns.trainer, ns.config, ns.resume)
     return 0
 
 
