@@ -79,7 +79,7 @@ def eval_command(
     ] = None,
     batch_size: Annotated[
         str | None,
-        typer.Option("--batch-size", help="with --tasks: requests per forward pass, or auto (default 1, lm-eval's)"),
+        typer.Option("--batch-size", help="with --tasks: requests per forward pass, or auto (default: 1; vLLM: auto)"),
     ] = None,
     config_dir: ConfigDirs = None,
 ) -> None:
@@ -96,7 +96,7 @@ def eval_command(
 
     words, search = command_overrides(ctx, overrides, config_dir)
     if tasks is not None:
-        _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size or "1",
+        _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size,
                  each_checkpoint, out, not no_base)  # fmt: skip
         return
     for flag, value in (("--include-path", include_path), ("--num-fewshot", num_fewshot), ("--batch-size", batch_size)):

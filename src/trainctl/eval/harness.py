@@ -107,7 +107,7 @@ def prepare(
     include_path: Path | None = None,
     num_fewshot: int | None = None,
     limit: int | None = None,
-    batch_size: str = "1",
+    batch_size: str | None = None,
     each_checkpoint: bool = False,
     out: Path | None = None,
     base: bool = True,
@@ -153,6 +153,9 @@ def prepare(
         )
     if limit is not None and limit < 1:
         problems.append(Problem(f"--limit {limit}: at least one example per task.", key="--limit", hint="--limit 16"))
+    engine = cfg.hardware.rollout_engine
+    # lm-eval's defaults: one request at a time for its hf model; vLLM schedules all of them itself
+    batch_size = batch_size or ("auto" if engine == "vllm" else "1")
     size: int | str = batch_size
     if batch_size != "auto" and not (batch_size.isdigit() and int(batch_size) >= 1):
         problems.append(
@@ -175,7 +178,6 @@ def prepare(
         if out
         else (resolved.run_dir / "eval" if resolved.run_dir else Path("eval") / _slug(resolved.name))
     ).resolve()
-    engine = cfg.hardware.rollout_engine
     p = Prepared(resolved, plan, names, include_path, num_fewshot, limit, size, out_dir, engine,
                  str(cfg.hardware.device or "cpu"), warnings=list(plan.warnings))  # fmt: skip
     if not problems:
@@ -225,8 +227,8 @@ def quiet_harness():
     logger = logging.getLogger("lm_eval")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    bars = hf_logging.is_progress_bar_enabled(), datasets_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
-    bars = datasets_logging.is_progress_bar_enabled()
     datasets_logging.disable_progress_bar()
     describe = lm_eval.evaluator.get_git_commit_hash
     lm_eval.evaluator.get_git_commit_hash = _git_commit_hash
@@ -234,8 +236,9 @@ def quiet_harness():
         yield
     finally:
         logger.setLevel(level)
-        hf_logging.enable_progress_bar()
-        if bars:
+        if bars[0]:
+            hf_logging.enable_progress_bar()
+        if bars[1]:
             datasets_logging.enable_progress_bar()
         lm_eval.evaluator.get_git_commit_hash = describe
 
