@@ -1,0 +1,179 @@
+"""hardware.launcher=slurm against a real Slurm (tests/launchers/slurm_daemons.py: slurmctld and two slurmd, node1
+and node2, on this host), through the real CLI: the plan's and doctor's checks before sbatch, runs across the two
+nodes, state from Slurm, stop, logs and resume. No mock scheduler."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from trainctl.launchers.slurm_cluster import minutes
+
+SLURM = ["hardware.launcher=slurm"]
+# the quickstart, 4 steps, no validation: the shortest real SFT run
+SHORT_SFT = ["recipe=quickstart", "run.max_steps=4", "run.val_every=null", *SLURM]
+
+
+def _status(work: Path, name: str) -> dict:
+    return json.loads((work / "runs" / name / "run.json").read_text())
+
+
+def test_slurms_time_forms():
+    assert [minutes(t) for t in ("90", "1:30", "01:00:00", "2-0", "1-12:30", "0-0:0:30", "UNLIMITED")] == [
+        90,
+        1.5,
+        60,
+        2880,
+        2190,
+        0.5,
+        None,
+    ]
+    for bad in ("1h", "tomorrow", "1:2:3:4"):
+        with pytest.raises(ValueError):
+            minutes(bad)
+
+
+def test_a_time_or_option_sbatch_would_refuse_is_an_error_of_the_plan(cli, no_processes):
+    bad = cli("config", "validate", *SHORT_SFT, "hardware.slurm.time=2h", "hardware.slurm.extra_args=[exclusive]")
+    assert bad.exit_code == 1
+    assert "hardware.slurm.time = '2h' is not a time Slurm reads." in bad.stderr
+    assert "hardware.slurm.extra_args: 'exclusive' is not an sbatch option (they start with -)." in bad.stderr
+    typo = cli("config", "validate", *SHORT_SFT, "hardware.slurm.partion=gpu")
+    assert typo.exit_code == 1 and "Did you mean 'hardware.slurm.partition'?" in typo.stderr
+
+
+def test_without_slurm_on_the_path_nothing_is_submitted(cli, tiny_model, arith_data, monkeypatch, tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    monkeypatch.setenv("PATH", str(bare))  # torchrun is found beside this interpreter, Slurm nowhere
+    result = cli("train", *SHORT_SFT, "run.name=nopath")
+    assert result.exit_code == 1, result.output
+    assert "Slurm's commands are not on the PATH: sbatch, squeue, scontrol, scancel, sinfo." in result.stderr
+    assert "apt-get install slurm-client" in result.stderr
+    assert not (tmp_path / "work" / "runs" / "nopath" / "run.json").exists()
+
+
+def test_doctor_checks_the_partition_its_nodes_and_limits(cli, slurm, tiny_model, arith_data):
+    fine = cli("doctor", *SHORT_SFT, "hardware.nnodes=2", "hardware.slurm.time=30")
+    assert fine.exit_code == 0, fine.output
+    assert "partition debug: 2 node(s): node1" in fine.stdout and "MaxNodes=2, MaxTime=01:00:00" in fine.stdout
+    assert "wants 2 node(s) x 1 process(es), time 30: the partition has room" in fine.stdout
+    bad = cli("doctor", *SHORT_SFT, "hardware.nnodes=4", "hardware.slurm.time=2:00:00")
+    assert bad.exit_code == 1
+    assert "hardware.nnodes = 4: Slurm partition debug takes at most 2 node(s) a job (MaxNodes=2)." in bad.stdout
+    assert "allows a job at most 01:00:00 (120 > 60 minutes)" in bad.stdout
+    missing = cli("doctor", *SHORT_SFT, "hardware.slurm.partition=gpu")
+    assert missing.exit_code == 1
+    assert "hardware.slurm.partition = 'gpu': the Slurm cluster has no such partition (partitions: debug)" in (
+        missing.stdout
+    )
+
+
+def test_a_run_the_partition_cannot_host_is_refused_before_sbatch(cli, slurm, tiny_model, arith_data):
+    cases = {
+        "hardware.slurm.partition=gpu": "the Slurm cluster has no such partition (partitions: debug).",
+        "hardware.nnodes=4": "hardware.nnodes = 4: Slurm partition debug takes at most 2 node(s) a job",
+        "hardware.slurm.time=1-0": "hardware.slurm.time = 1-0: Slurm partition debug allows a job at most 01:00:00",
+        "hardware.slurm.cpus_per_node=4096": "hardware.slurm.cpus_per_node = 4096: Slurm partition debug has 0 node(s)",
+    }
+    for i, (override, said) in enumerate(cases.items()):
+        result = cli("train", *SHORT_SFT, override, f"run.name=refused-{i}")
+        assert result.exit_code == 1, result.output
+        assert said in result.stderr, result.stderr
+    assert slurm.jobs() == [], "nothing was submitted"
+
+
+def test_sft_across_two_slurm_nodes(cli, slurm, tiny_model, arith_data, tmp_path):
+    """The default suite's Slurm run: verl's SFT with torchrun on node1 and node2 (two agents, one c10d rendezvous
+    on node1), followed to its end; the run folder holds the script that ran, runs ls and runs logs read it."""
+    work = tmp_path / "work"
+    result = cli("train", *SHORT_SFT, "hardware.nnodes=2", "run.name=sft2")
+    assert result.exit_code == 0, result.output[-3000:]
+    assert "Finished sft2" in result.stdout
+    status = _status(work, "sft2")
+    attempt = status["attempts"][-1]
+    assert (status["state"], attempt["launcher"], attempt["job_state"]) == ("finished", "slurm", "COMPLETED")
+    script = (work / "runs" / "sft2" / "slurm.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script and "PET_RDZV_ENDPOINT" in script and "torchrun --nnodes=2" in script
+    log = (work / "runs" / "sft2" / "logs" / "attempt-1.log").read_text()
+    for node, rank in (("node1", 0), ("node2", 1)):
+        assert f"trainctl: node {node} (node rank {rank}) starts torchrun" in log
+    step = work / "runs" / "sft2" / "checkpoints" / "global_step_4"
+    assert {p.name for p in step.glob("model_world_size_2_rank_*.pt")} == {
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    }, "two ranks, one on each node, trained"
+    assert (work / "runs" / "sft2" / "logs" / "attempt-1.exit").read_text().strip() == "0"
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("sft2 "))
+    assert " done " in row and "4/4" in row, row
+    assert "trainctl: the trainer exited with code 0" in cli("runs", "logs", "sft2").stdout
+    assert [j for j in slurm.jobs() if j.endswith("RUNNING")] == []
+
+
+@pytest.mark.slow
+def test_the_quickstart_through_slurm(cli, slurm, tiny_model, arith_data, tmp_path):
+    """`trainctl train recipe=quickstart hardware.launcher=slurm` as the README shows it: 48 steps, validated."""
+    result = cli("train", "recipe=quickstart", *SLURM)
+    assert result.exit_code == 0, result.output[-3000:]
+    status = _status(tmp_path / "work", "quickstart")
+    assert status["state"] == "finished" and status["attempts"][-1]["job_state"] == "COMPLETED"
+    assert "val/loss" in result.stdout
+
+
+def _wait_for(what, check, seconds: float = 600):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise AssertionError(f"{what} did not happen within {seconds:.0f} s")
+
+
+@pytest.mark.slow
+def test_a_detached_grpo_run_runs_stops_leaving_nothing_and_resumes(cli, slurm, tiny_model, arith_data, tmp_path):
+    """--detach returns once sbatch has answered; runs ls and the server say running (from Slurm); runs stop ends
+    the job (no job, no process of it left); --resume continues from its last checkpoint to done."""
+    from tests.serve.conftest import start_server
+    from trainctl.launchers.tree import marked
+
+    work = tmp_path / "work"
+    grpo = ["recipe=grpo-arith-tiny-cpu", *SLURM, "run.max_steps=6", "run.save_every=1", "run.name=grpo-d"]
+    started = cli("train", *grpo, "--detach")
+    assert started.exit_code == 0, started.output
+    assert "stop it:   trainctl runs stop runs/grpo-d" in started.stdout
+    job_id = _status(work, "grpo-d")["attempts"][-1]["job_id"]
+
+    def row() -> str:
+        return next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("grpo-d "))
+
+    assert " running (Slurm job " in _wait_for("running", lambda: next((r for r in [row()] if " running " in r), None))
+    server = start_server([work / "runs"], {**os.environ}, work, log=tmp_path / "serve.log")
+    try:
+        with server.client() as api:
+            job = next(j for j in api.get("/api/jobs").json() if j["name"] == "grpo-d")
+            assert job["status"] == "running", job
+    finally:
+        server.stop()
+    checkpoints = work / "runs" / "grpo-d" / "checkpoints"
+    _wait_for("a checkpoint", lambda: (checkpoints / "global_step_1").is_dir())
+    mark = _status(work, "grpo-d")["attempts"][-1]["mark"]
+    stopped = cli("runs", "stop", "grpo-d", "--grace", "20")
+    assert stopped.exit_code == 0, stopped.output
+    assert f"stopped grpo-d (Slurm job {job_id}: CANCELLED)" in stopped.stdout
+    assert [j for j in slurm.jobs() if j.split()[0] == job_id] in ([], [f"{job_id} CANCELLED"])
+    assert marked(mark) == [], "no process of the job is left"
+    assert " interrupted " in row()
+    last = int((checkpoints / "latest_checkpointed_iteration.txt").read_text())
+
+    resumed = cli("train", "--resume", "runs/grpo-d")
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    status = _status(work, "grpo-d")
+    assert [a["state"] for a in status["attempts"]] == ["interrupted", "finished"]
+    second = [json.loads(line)["step"] for line in (work / "runs" / "grpo-d" / "metrics" / "attempt-2.jsonl").open()]
+    assert second[0] == last + 1 and second[-1] == 6, second
+    assert " done " in row()
