@@ -53,7 +53,7 @@ demo: $(STAMP) ## train the embedded default on CPU: tiny model + arith data, SF
 	$(BIN)/trainctl train recipe=quickstart run.name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 .PHONY: test
-test: $(STAMP) browser ## run the test suite (no GPU needed; slow and gpu tests are skipped)
+test: $(STAMP) browser slurm ## run the test suite (no GPU needed; slow and gpu tests are skipped)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The browser tests (tests/serve/test_browser.py) drive Debian's chromium with Playwright, never a downloaded build
@@ -71,14 +71,27 @@ browser: ## install Debian's chromium for the browser tests (root with apt-get; 
 		echo "The browser tests need Debian's chromium; run: sudo apt-get install -y chromium   (they skip without it)"; \
 	fi
 
+# The Slurm tests (tests/launchers/test_slurm.py) start a real Slurm from a temporary folder: Debian's slurmctld,
+# slurmd, slurm-client and munge (22.05), installed here when missing and this runs as root with apt-get (it starts
+# nothing: no systemd); otherwise the command to run is printed and those tests skip, saying so.
+.PHONY: slurm
+slurm: ## install Debian's Slurm and munge for the Slurm tests (root with apt-get; else prints what to run)
+	@if command -v sbatch >/dev/null && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/munged ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Slurm and munge for the Slurm tests (apt-get)"; \
+		apt-get install -y -q slurmctld slurmd slurm-client munge >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q slurmctld slurmd slurm-client munge >/dev/null; }; \
+	else \
+		echo "The Slurm tests need Debian's Slurm; run: sudo apt-get install -y slurmctld slurmd slurm-client munge   (they skip without it)"; \
+	fi
+
 .PHONY: test-slow
-test-slow: $(STAMP) browser ## run the slow tests too (the whole suite but the GPU tests)
+test-slow: $(STAMP) browser slurm ## run the slow tests too (the whole suite but the GPU tests)
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 # The slow tests alone: the trainings `make test` leaves out to stay short (Ray jobs, the reward-model and
 # judge runs, resumes, faults, every PPO-family algorithm, the README's trainings for real). CI runs `make test` alone.
 .PHONY: test-slow-only
-test-slow-only: $(STAMP) browser ## run only the slow tests (what `make test` leaves out)
+test-slow-only: $(STAMP) browser slurm ## run only the slow tests (what `make test` leaves out)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU extra pins what verl[vllm]==0.9.1 pins (vLLM 0.24, torch 2.11); it gets its own environment so that the
