@@ -166,3 +166,19 @@ def test_flags_that_need_tasks_and_settings_tasks_do_not_take(cli, tiny_model):
     assert result.exit_code == 1
     assert "--include-path" in result.stderr and "is not a folder" in result.stderr
     assert "--batch-size 0: a number >= 1, or auto" in result.stderr
+
+
+@pytest.mark.slow  # lm-eval's own index of thousands of task files, twice (~10 s of CPU each)
+def test_lm_evals_own_tasks_a_misspelt_one_and_one_whose_dataset_is_not_here(cli, tiny_model, monkeypatch):
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # as a process started with HF_HUB_OFFLINE=1 reads it
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    result = cli("eval", "tiny", "--tasks", "arc_easyy")
+    assert result.exit_code == 1 and "--tasks arc_easyy: no such task, group or tag" in result.stderr, result.output
+    assert "did you mean: arc_easy" in result.stderr and "lm_eval ls tasks" in result.stderr
+    result = cli("eval", "tiny", "--tasks", "hellaswag")
+    assert result.exit_code == 1, result.output
+    assert "--tasks hellaswag needs the dataset Rowan/hellaswag" in result.stderr
+    assert "datasets.load_dataset('Rowan/hellaswag')" in result.stderr

@@ -142,12 +142,10 @@ def _harness(model, words, search, tasks, include_path, num_fewshot, limit, batc
     how = f"lm-eval's {p.engine} model" + (f" on {p.device}" if p.engine == "hf" else "")
     extra = "".join([f", {p.num_fewshot}-shot" if p.num_fewshot is not None else "",
                      f", the first {p.limit} per task" if p.limit else ""])  # fmt: skip
-    n = len(p.targets)
-    typer.echo(
-        f"Evaluating {n} model{'s' if n != 1 else ''} on {', '.join(p.leaf_tasks)} ({how}, batch size "
-        f"{p.batch_size}{extra})",
-        err=True,
-    )
+    n, tasks = len(p.targets), p.leaf_tasks
+    named = ", ".join(tasks) if len(tasks) <= 6 else f"{len(tasks)} tasks ({', '.join(tasks[:4])}, ...)"
+    typer.echo(f"Evaluating {n} model{'s' if n != 1 else ''} on {named} ({how}, batch size {p.batch_size}{extra})",
+               err=True)  # fmt: skip
     results = []
     for target in p.targets:
         typer.echo(f"  {target.label}:", err=True)

@@ -259,15 +259,15 @@ def _load_tasks(p: Prepared) -> list[Problem]:
         from lm_eval.tasks import TaskManager
 
         # lm-eval's own index (thousands of YAML files) costs seconds: only when a name is not in --include-path
-        manager = None
-        if p.include_path is not None:
-            manager = TaskManager(include_path=str(p.include_path), include_defaults=False)
-            if not all(n in manager.all_tasks for n in p.tasks):
-                manager = None
-        manager = manager or TaskManager(include_path=str(p.include_path) if p.include_path else None)
+        def found(name: str) -> bool:  # a name in the index, or a task's YAML file (lm-eval takes both)
+            return name in manager.all_tasks or (Path(name).suffix in (".yaml", ".yml") and Path(name).is_file())
+
+        manager = TaskManager(include_path=str(p.include_path) if p.include_path else None, include_defaults=False)
+        if not all(found(n) for n in p.tasks):
+            manager = TaskManager(include_path=str(p.include_path) if p.include_path else None)
         p.task_manager = manager
         problems = []
-        unknown = [n for n in p.tasks if n not in manager.all_tasks]
+        unknown = [n for n in p.tasks if not found(n)]
         for name in unknown:
             import difflib
 
