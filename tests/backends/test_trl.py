@@ -94,6 +94,19 @@ def test_a_local_run_is_one_process_per_device_under_torchrun():
     assert "trainctl's TRL entry point" in command.raw_note and "trl.DPOTrainer" in command.raw_note
 
 
+def test_on_slurm_a_torchrun_agent_on_each_node_meets_the_others_at_a_rendezvous():
+    plan = make_plan(["algorithm=dpo", "data=hh-rlhf", "hardware=2x8gpu", "hardware.launcher=slurm"], native=False)
+    argv = plan.backend.command(plan.cfg, plan.built).argv
+    assert argv[argv.index("--nnodes=2") : argv.index(ENTRY) + 1] == [
+        "--nnodes=2",
+        "--rdzv_backend=c10d",
+        "--nproc_per_node=8",
+        "-m",
+        ENTRY,
+    ]
+    assert "--ray" not in argv
+
+
 def test_across_machines_ray_train_runs_the_entry_point_on_the_clusters_interpreter():
     plan = make_plan(
         ["algorithm=dpo", "data=hh-rlhf", "hardware=2x8gpu", "hardware.ray_address=ray://10.0.0.1:10001"], native=False

@@ -139,6 +139,18 @@ def test_sft_runs_one_process_per_device_under_torchrun_or_one_controller_on_ray
     assert command.launcher == "ray_job"
 
 
+def test_on_slurm_sft_is_a_torchrun_agent_on_each_node_meeting_at_a_rendezvous():
+    """The job's script starts one agent a node and hands them the first node's endpoint (PET_RDZV_ENDPOINT)."""
+    plan = make_plan(["algorithm=sft", "hardware=2x8gpu", "hardware.launcher=slurm"], native=False)
+    argv = plan.backend.command(plan.cfg, plan.built).argv
+    assert argv[argv.index("--nnodes=2") : argv.index("-m")] == [
+        "--nnodes=2",
+        "--rdzv_backend=c10d",
+        "--nproc_per_node=8",
+    ]
+    assert "--standalone" not in argv and argv[argv.index("-m") + 1] == "verl.trainer.sft_trainer"
+
+
 def test_shell_line_quotes_what_the_shell_would_split():
     line = verl.shell_line(["python", "-m", "x", "a b", "k=$HOME"], {"TOKEN": "it's"})
     assert line == "TOKEN='it'\"'\"'s' python -m x 'a b' 'k=$HOME'"

@@ -116,8 +116,14 @@ class TrlBackend(Backend):
         hw = cfg.hardware
         launcher = launchers.get(hw.launcher)
         family = self.trainer.family
-        if launcher.ray == "own":
+        mode = launcher.torchrun_mode()
+        if mode == "standalone":
             launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
+            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", ENTRY]
+        elif mode == "rendezvous":
+            # one torchrun agent per node, started by the launcher, which sets their endpoint (PET_RDZV_ENDPOINT):
+            # what TRL's `accelerate launch` runs underneath on several machines
+            launch = [*torchrun_for(config_dir), f"--nnodes={hw.nnodes}", "--rdzv_backend=c10d"]
             launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", ENTRY]
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker

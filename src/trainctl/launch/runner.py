@@ -115,10 +115,10 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env.setdefault("MLFLOW_EXPERIMENT_NAME", str(plan.cfg.run.project))
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run / 'mlflow.db'}"
-    if plan.backend.node == "trl" and launchers.get(hw.launcher).ray != "own":
+    if plan.backend.node == "trl" and launchers.get(hw.launcher).torchrun_mode() == "ray":
         # Ray Train sizes itself from this (trainctl.runtime.trl_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
-    if launchers.get(hw.launcher).ray == "join":
+    if plan.cfg.family == "ppo" and launchers.get(hw.launcher).ray == "join":
         from trainctl.secrets import is_secret_name
 
         # a cluster's Ray workers do not inherit the driver's environment: main_ppo gives them these names' values
