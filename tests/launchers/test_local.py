@@ -5,6 +5,7 @@ whose daemon grandchild leaves its session, as Ray's processes do."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -139,3 +140,42 @@ def test_a_second_trainctl_for_the_same_run_is_refused(tmp_path):
         proc.communicate(timeout=60)
     assert not RunDir(run).locked()  # the kernel released it with its holder
     RunDir(run).lock().release()
+
+
+def test_runs_write_nothing_outside_their_folder_and_trainctls_home_and_cache(real_home, grpo_run, sft_run, dpo_run):
+    """Every file under the HOME the session's runs had (tests/real_runs.py: HOME is real_home.root), and the
+    allowed places: trainctl's home (TRAINCTL_HOME), its caches (TRAINCTL_CACHE: each run's own), the run folders
+    (work-NAME/runs/NAME), and what the harness itself writes there (NAME.out, the failed run's dataset class, the
+    folders runs were told to dump their validation samples to). The GRPO run started a Ray of its own: Ray 2.60
+    would write its token to ~/.ray/auth_token, and verl's datasets an Arrow copy of the data to
+    ~/.cache/huggingface/datasets (trainctl.launchers.local.trainer_env_at_start)."""
+    root = real_home.root
+    names = [w.name.removeprefix("work-") for w in root.glob("work-*")]
+    assert {"grpo", "sft", "dpo"} <= set(names), names
+    allowed = [root / "home", root / "cache", *root.glob("cache-*"), root / "boom.py"]
+    for name in names:
+        # NAME-validation: tests.real_runs.validation_dir
+        allowed += [root / f"work-{name}" / "runs" / name, root / f"{name}.out", root / f"{name}-validation"]
+    outside = []
+    # os.walk skips what vanishes under it (the other worker's runs write while this looks)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if Path(folder, d) not in allowed]
+        outside += [str(Path(folder, f).relative_to(root)) for f in files if Path(folder, f) not in allowed]
+    assert outside == [], f"written outside the run folders, trainctl's home and caches: {outside[:20]}"
+
+
+def test_the_trainers_own_ray_gets_a_token_of_its_own_and_a_users_cluster_keeps_its_settings(monkeypatch, tmp_path):
+    """What the trainer's environment gets at its start: with a Ray of its own (main_ppo's ray.init()), token
+    authentication on with a fresh token in RAY_AUTH_TOKEN, which Ray reads before ~/.ray/auth_token (so it writes
+    none); joining the user's cluster (ray_cluster), the user's settings; the datasets cache in trainctl's."""
+    from trainctl.launchers.local import trainer_env_at_start
+
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "cache"))
+    own = trainer_env_at_start({}, own_ray=True)
+    again = trainer_env_at_start({}, own_ray=True)
+    assert own["RAY_AUTH_MODE"] == "token" and len(own["RAY_AUTH_TOKEN"]) == 64
+    assert own["RAY_AUTH_TOKEN"] != again["RAY_AUTH_TOKEN"], "a token per run"
+    assert own["HF_DATASETS_CACHE"] == str(tmp_path / "cache" / "hf-datasets")
+    joined = trainer_env_at_start({"RAY_AUTH_MODE": "token", "HF_HOME": "/data/hf"}, own_ray=False)
+    assert joined == {}, "a cluster the trainer joins, and a cache the user chose, are the user's"
+    assert "RAY_AUTH_TOKEN" not in trainer_env_at_start({"RAY_AUTH_MODE": "disabled"}, own_ray=True)

@@ -3,12 +3,16 @@
 The supervising trainctl (trainctl.launchers.supervisor) records itself in run.json (`live`: its PID and start time,
 the trainer's PID, a heartbeat); a run whose state says running while that PID is gone was killed. `runs stop`
 sends the supervisor SIGINT, as Ctrl-C would, and escalates when it does not end in time.
+
+A run writes only under its run folder and trainctl's home and cache (trainer_env_at_start): the libraries the
+trainer runs would write into the user's home otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -20,8 +24,33 @@ from trainctl.errors import EXIT_INTERRUPTED, Problem, TrainctlError
 from trainctl.launchers import register
 from trainctl.launchers.base import STOP_GRACE_SECONDS, Ended, Job, Launcher, Status
 
+# the datasets library's cache (verl's and TRL's datasets), under trainctl's cache folder
+DATASETS_CACHE = "hf-datasets"
 # a heartbeat older than this (from another machine, where the PID cannot be checked) means the run is lost
 STALE_SECONDS = 30.0
+
+
+def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
+    """What the trainer's environment gets when it starts, and never on record (command.sh, run.json):
+
+    - a Ray the trainer starts itself (main_ppo's ray.init()) gets a token of its own, RAY_AUTH_TOKEN (a secret:
+      redacted from the log). Ray 2.60 turns token authentication on for a new local cluster and, finding no token,
+      writes one to ~/.ray/auth_token; from then on every `ray start --head` on the machine asks for a token, and
+      Ray clients that send none (no RAY_AUTH_MODE=token) are refused, a second node joining included. Ray's loader
+      reads RAY_AUTH_TOKEN before that file and writes nothing. The user's explicit RAY_AUTH_MODE=disabled stands;
+      a cluster the trainer joins (ray_cluster) is the user's, and keeps the user's settings.
+    - the `datasets` library's cache (verl's and TRL's datasets load the parquet files through it: an Arrow copy of
+      each) goes to trainctl's cache instead of ~/.cache/huggingface/datasets, unless the user chose a place
+      (HF_DATASETS_CACHE, HF_HOME).
+    """
+    from trainctl.paths import cache_dir
+
+    out: dict[str, str] = {}
+    if own_ray and env.get("RAY_AUTH_MODE", "").strip().lower() != "disabled":
+        out.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    if not (env.get("HF_DATASETS_CACHE") or env.get("HF_HOME")):
+        out["HF_DATASETS_CACHE"] = str(cache_dir() / DATASETS_CACHE)
+    return out
 
 
 def pid_alive(pid: int | None, started: float | None = None) -> bool:
@@ -93,7 +122,7 @@ class Local(Launcher):
             on_attempt(run, attempt)
         supervisor = Supervisor(
             job.argv,
-            job.env,
+            {**job.env, **trainer_env_at_start(job.env, own_ray=self.ray == "own")},
             run.log_path(attempt),
             echo=job.echo,
             tail_lines=400,
