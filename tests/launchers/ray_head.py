@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -51,6 +53,7 @@ class Head:
     token: str
     proc: subprocess.Popen
     log: Path
+    temp_dir: Path
     family: set[int] = field(default_factory=set)
 
     def stop(self) -> None:
@@ -63,6 +66,7 @@ class Head:
         for p in alive:
             p.kill()
         self.proc.wait(timeout=10)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def start_head(home: Path, path: str | None = None, num_cpus: int = 4) -> Head:
@@ -80,7 +84,11 @@ def start_head(home: Path, path: str | None = None, num_cpus: int = 4) -> Head:
     env["PATH"] = path if path is not None else f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
     flags = [f"{k}={v}" for k, v in ports.items()]
     flags += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--num-cpus={num_cpus}"]
-    flags += ["--disable-usage-stats"]
+    # a temp dir of its own: a job's driver joins the cluster named in TEMP_DIR/ray_current_cluster, which in the
+    # shared /tmp/ray is whichever cluster on the machine started last (a driver of ours joined another's: its
+    # workers could not fetch the job's working_dir). Short: Ray's socket paths under it must fit in 107 bytes
+    temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    flags += ["--disable-usage-stats", f"--temp-dir={temp_dir}"]
     log = home / "ray-head.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -91,7 +99,7 @@ def start_head(home: Path, path: str | None = None, num_cpus: int = 4) -> Head:
             start_new_session=True,
         )
     address = f"http://127.0.0.1:{ports['--dashboard-port']}"
-    head = Head(address, home, token, proc, log)
+    head = Head(address, home, token, proc, log, temp_dir)
     # ~6 s on an idle machine; minutes when the suite's trainings share the cores with it
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

@@ -353,15 +353,12 @@ def node_env(address: str, names: list[str], timeout: float = 120.0) -> dict[str
 
 
 def probe(
-    address: str, entrypoint: str, marker: str, what: str, timeout: float = 120.0, env_vars: dict | None = None
+    address: str, entrypoint: str, marker: str, what: str, timeout: float = 120.0
 ) -> tuple[object | None, JobInfo, str]:
     """Run a small job that prints one line `MARKER <json>`; returns (that JSON or None, how the job ended, its
-    logs). The job is trainctl's own (metadata trainctl: doctor); one that outlives `timeout` is stopped."""
+    logs). The job is trainctl's own question (metadata trainctl: check); one that outlives `timeout` is stopped."""
     client = _client(address)
-    job: dict = {"entrypoint": entrypoint, "metadata": {"trainctl": "doctor"}}
-    if env_vars:
-        job["runtime_env"] = {"env_vars": env_vars}
-    job_id = _submit(client, address, **job)
+    job_id = _submit(client, address, entrypoint=entrypoint, metadata={"trainctl": "check"})
     deadline = time.monotonic() + timeout
     while True:
         info = job_status(address, job_id)
