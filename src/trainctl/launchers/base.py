@@ -60,6 +60,7 @@ class Status:
     status: str  # running | done | failed | interrupted | killed | created | queued | stopped | lost | unknown
     detail: str = ""
     exit_code: int | None = None
+    ended: float | None = None  # when an attempt nobody followed ended (epoch seconds), as its cluster says
 
 
 class Launcher:

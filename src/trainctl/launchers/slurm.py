@@ -303,10 +303,11 @@ class Slurm(Launcher):
         if found.state in RUNNING:
             return Status("running", f"Slurm job {job_id} on {found.nodes}")
         if found.state == "COMPLETED":
-            return Status("done", f"Slurm job {job_id}", 0)
+            return Status("done", f"Slurm job {job_id}", 0, ended=found.end)
         if found.state == "CANCELLED":
-            return Status("stopped", f"Slurm job {job_id} was cancelled")
-        return Status("failed", f"Slurm job {job_id}: {found.state}, exit {found.exit_code}", found.exit_code)
+            return Status("stopped", f"Slurm job {job_id} was cancelled", ended=found.end)
+        detail = f"Slurm job {job_id}: {found.state}, exit {found.exit_code}"
+        return Status("failed", detail, found.exit_code, ended=found.end)
 
     def status(self, run_state: str, attempt: dict, live: dict, query: bool = True) -> Status:
         found = super().status(run_state, attempt, live, query)
@@ -315,7 +316,10 @@ class Slurm(Launcher):
             code = attempt.get("exit_code")
             code = recorded_exit(attempt) if code is None else code
             if code is not None:
-                return Status("done" if code == 0 else "failed", f"Slurm job {attempt['job_id']}", code)
+                ended = None
+                with contextlib.suppress(OSError, KeyError):
+                    ended = Path(attempt["exit_file"]).stat().st_mtime
+                return Status("done" if code == 0 else "failed", f"Slurm job {attempt['job_id']}", code, ended)
         return found
 
     # -- stopping --------------------------------------------------------------------------------------------
@@ -349,6 +353,7 @@ class Slurm(Launcher):
                 EXIT_INTERRUPTED,
                 job_state=found.state if found else None,
                 reason=_stop_request(run) or "stopped by trainctl runs stop",
+                seconds=_since(attempt.get("started")),
             )
         extra = f"; {left} leftover processes here stopped" if left else ""
         return f"stopped {run.path.name} (Slurm job {job_id}: {found.state if found else 'ended'}){extra}"
@@ -406,6 +411,16 @@ def check_cluster(hw) -> tuple[str, list[Problem]]:
     out += [p for p in capacity if p.key not in said]  # MaxNodes said it already
     summary = f"partition {name}: {describe(found)} up; MaxNodes={most}, MaxTime={part.get('MaxTime')}"
     return summary, out
+
+
+def _since(started: str | None) -> float | None:
+    """Seconds since an attempt's start as run.json writes it (2026-11-27T15:06:12+0000)."""
+    from datetime import datetime
+
+    try:
+        return round(time.time() - datetime.strptime(str(started), "%Y-%m-%dT%H:%M:%S%z").timestamp(), 2)
+    except ValueError:
+        return None
 
 
 def _following(live: dict) -> bool:

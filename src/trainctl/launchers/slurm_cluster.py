@@ -121,6 +121,7 @@ class JobState:
     exit_code: int | None = None
     signal: int | None = None
     nodes: str = ""
+    end: float | None = None  # epoch seconds, once it ended
 
     @property
     def ended(self) -> bool:
@@ -146,11 +147,20 @@ def jobs(fresh: bool = False) -> dict[str, JobState]:
                     exit_code=int(code) if code.isdigit() else None,
                     signal=int(sig) if sig.isdigit() else None,
                     nodes=j.get("NodeList", ""),
+                    end=_epoch(j.get("EndTime", "")),
                 )
             _JOBS.clear()
             _JOBS.update(found)
             _JOBS_AT[0] = time.monotonic()
         return dict(_JOBS)
+
+
+def _epoch(text: str) -> float | None:
+    """scontrol's times (2026-11-27T15:08:30, the cluster's local time; Unknown or None while running)."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def job(job_id: str, fresh: bool = False) -> JobState | None:

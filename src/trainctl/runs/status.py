@@ -36,6 +36,7 @@ class RunInfo:
     seconds: float | None = None
     live: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)  # run.json as read
+    ended: float | None = None  # when the last attempt ended, as its launcher says (a job nobody followed)
 
     @property
     def alive(self) -> bool:
@@ -136,6 +137,7 @@ def _liveness(info: RunInfo, state: str, last: dict, query_jobs: bool) -> None:
         return
     found = launcher.status(state, last, info.live, query=query_jobs)
     info.status, info.detail, info.exit_code = found.status, found.detail, found.exit_code
+    info.ended = found.ended
 
 
 def _seconds(info: RunInfo, last: dict) -> float | None:
@@ -143,6 +145,6 @@ def _seconds(info: RunInfo, last: dict) -> float | None:
     if last and not last.get("ended"):
         start = parse_time(last.get("started"))
         if start:
-            end = time.time() if info.alive else float(info.live.get("heartbeat") or time.time())
+            end = time.time() if info.alive else info.ended or float(info.live.get("heartbeat") or time.time())
             total += max(0.0, end - start.timestamp())
     return total if info.attempts else None

@@ -1,0 +1,81 @@
+"""hardware.launcher=ray_cluster on a real two-node Ray cluster (tests/launchers/ray_nodes.py: a head and a second
+node on this host): the PPO family trains across both nodes on cpu, one rank a node (gloo), and a cluster that cannot
+host the run is refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from trainctl.metrics import read_metrics
+
+GRPO = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2"]
+# a rank's line in the run's log (trainctl.runtime.verl_patches): "trainctl: rank 0 of 2 on Ray node <id> (host)"
+_RANK = re.compile(r"trainctl: rank (\d+) of (\d+) on Ray node ([0-9a-f]+)")
+
+
+def _on(nodes) -> list[str]:
+    return ["hardware.launcher=ray_cluster", f"hardware.ray_address={nodes.address}"]
+
+
+def ranks(log: Path) -> dict[int, str]:
+    """rank -> the Ray node it ran on, as the run's log says."""
+    return {int(m[1]): m[3] for m in _RANK.finditer(log.read_text(errors="replace"))}
+
+
+def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
+    cli, ray_two_nodes, tiny_model, arith_data, tmp_path
+):
+    more = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=4", "run.name=too-many")
+    assert more.exit_code == 1, more.output
+    assert f"hardware.nnodes = 4: the Ray cluster at {ray_two_nodes.address} has 2 node(s) up." in more.stderr
+    wide = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.gpus_per_node=4", "run.name=too-wide")
+    assert wide.exit_code == 1, wide.output
+    assert "puts 4 training process(es) on each of 1 node(s), and verl's other actors need 2 CPUs" in wide.stderr
+    assert "has 0 node(s) with 6 CPUs or more (CPUs a node: 4, 4)" in wide.stderr
+    assert not list((tmp_path / "work" / "runs").glob("*/logs/attempt-*.log")), "nothing started"
+
+
+# its setup may wait for the session's run it compares with (made by another worker): the suite's 600 s is too short
+@pytest.mark.timeout(1800)
+def test_grpo_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, tmp_path, grpo_run):
+    """The default suite's two-node run: GRPO with hardware.nnodes=2 on the two-node cluster, one rank on each node
+    (as the ranks say in the log); its first step, sampled from the same model and prompts as the session's one-node
+    GRPO run's, scores the same within sampling noise."""
+    work = tmp_path / "work"
+    result = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2", "run.name=grpo2")
+    assert result.exit_code == 0, result.output[-3000:]
+    run = work / "runs" / "grpo2"
+    assert json.loads((run / "run.json").read_text())["state"] == "finished"
+    placed = ranks(run / "logs" / "attempt-1.log")
+    assert sorted(placed) == [0, 1] and sorted(placed.values()) == ray_two_nodes.node_ids, placed
+    assert {p.name for p in (run / "checkpoints" / "global_step_2" / "actor").glob("model_world_size_*")} == {
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    }
+    two, one = read_metrics(run)[1], read_metrics(grpo_run.path)[1]
+    # 64 samples a step, their scores' spread ~0.03: a mean's standard error ~0.004
+    assert abs(two["critic/score/mean"] - one["critic/score/mean"]) < 0.02, (two, one)
+    assert abs(two["actor/entropy"] - one["actor/entropy"]) < 0.05, (two, one)
+
+
+@pytest.mark.slow
+def test_two_nodes_learn_as_one_node_does(cli, ray_two_nodes, tiny_model, arith_data, tmp_path):
+    """The same GRPO config (6 steps) on one node of this machine and across the two nodes: the reward's course and
+    the policy's entropy agree within sampling noise."""
+    work = tmp_path / "work"
+    six = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=6"]
+    assert cli("train", *six, "run.name=one").exit_code == 0
+    result = cli("train", *six, *_on(ray_two_nodes), "hardware.nnodes=2", "run.name=two")
+    assert result.exit_code == 0, result.output[-3000:]
+    one, two = read_metrics(work / "runs" / "one"), read_metrics(work / "runs" / "two")
+    assert sorted(one) == sorted(two) == [1, 2, 3, 4, 5, 6]
+    mean = {k: sum(m["critic/score/mean"] for m in r.values()) / 6 for k, r in (("one", one), ("two", two))}
+    print("score/mean by step, one node:", [round(one[s]["critic/score/mean"], 4) for s in one])
+    print("score/mean by step, two nodes:", [round(two[s]["critic/score/mean"], 4) for s in two])
+    assert abs(mean["one"] - mean["two"]) < 0.03, mean
+    assert abs(one[1]["actor/entropy"] - two[1]["actor/entropy"]) < 0.05
+    assert sorted(ranks(work / "runs" / "two" / "logs" / "attempt-1.log").values()) == ray_two_nodes.node_ids
