@@ -38,6 +38,40 @@ def test_slurms_time_forms():
             minutes(bad)
 
 
+def test_the_ppo_familys_script_starts_ray_on_every_node_before_the_trainer(tmp_path):
+    """What the job runs, read without running it: its options, the run's environment without its secrets, a Ray head
+    on the first node and a worker on each other one (each node's ports a block of its own), the wait for every node,
+    then the trainer on the first node; bash accepts it."""
+    import subprocess
+
+    from trainctl.launchers.base import Job
+    from trainctl.launchers.slurm import script
+
+    job = Job(["/venv/bin/python", "-m", "verl.trainer.main_ppo", "x=1"], {}, {"A": "1", "HF_TOKEN": "hf_x"}, "r")
+    hw = {"nnodes": 2, "gpus_per_node": 8, "device": "cuda", "ray_num_cpus": None}
+    hw["slurm"] = {"partition": "gpu", "time": "04:00:00", "ray_port": 6379, "setup": ["module load cuda"]}
+    hw["slurm"]["extra_args"] = ["--exclusive"]
+    log = tmp_path / "a run" / "logs" / "attempt-1.log"
+    text = script(job, hw, log, log.with_suffix(".exit"), ["recipe=x"])
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        f'#SBATCH --output="{log}"',
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=04:00:00",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --exclusive",
+        "module load cuda",
+        "export A=1",
+        'export RAY_ADDRESS="$head_ip:$ray_port"',
+        'srun --overlap --nodes=1 --ntasks=1 -w "$head" /venv/bin/python -m verl.trainer.main_ppo x=1',
+    ):
+        assert line in text.splitlines(), line
+    assert "hf_x" not in text and "--num-gpus=8" in text and "$(ray_ports $i)" in text
+    assert text.index("ray_ports 0) &") < text.index("$(ray_ports $i) &") < text.index("srun --overlap")
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
 def test_a_time_or_option_sbatch_would_refuse_is_an_error_of_the_plan(cli, no_processes):
     bad = cli("config", "validate", *SHORT_SFT, "hardware.slurm.time=2h", "hardware.slurm.extra_args=[exclusive]")
     assert bad.exit_code == 1

@@ -97,11 +97,16 @@ print(f"trainctl: Ray is up on {len(alive)} node(s): " + ", ".join(n["NodeID"] f
 _ON_EACH_NODE = 'echo "trainctl: node $SLURMD_NODENAME (node rank $SLURM_NODEID) starts $(basename "$1")"; exec "$@"'
 
 
+def _word(text: str) -> str:
+    """A path as one word of an #SBATCH line (sbatch reads double quotes there)."""
+    return f'"{text}"' if any(c.isspace() for c in text) else text
+
+
 def sbatch_options(hw: dict, run_name: str, log: Path) -> list[str]:
     s = hw.get("slurm") or {}
     opts = [f"--job-name=trainctl-{run_name}", f"--nodes={hw['nnodes']}", "--ntasks-per-node=1"]
     # the attempt's log in the run folder ('%' is sbatch's pattern character)
-    opts += [f"--output={str(log).replace('%', '%%')}", "--open-mode=append", f"--chdir={os.getcwd()}"]
+    opts += [f"--output={_word(str(log).replace('%', '%%'))}", "--open-mode=append", f"--chdir={_word(os.getcwd())}"]
     for key, flag in (("partition", "partition"), ("account", "account"), ("qos", "qos"), ("mem", "mem")):
         if s.get(key):
             opts.append(f"--{flag}={s[key]}")
@@ -137,7 +142,8 @@ def script(job: Job, hw: dict, log: Path, exit_path: Path, args: list[str]) -> s
         *(f"#SBATCH {o}" for o in sbatch_options(hw, job.run_name, log)),
         *(str(line) for line in s.get("setup") or []),
         "set -uo pipefail",
-        f"trap 'echo $? > {shlex.quote(str(exit_path))}' EXIT",
+        f"exit_file={shlex.quote(str(exit_path))}",
+        """trap 'echo $? > "$exit_file"' EXIT""",
         *(f"export {k}={shlex.quote(v)}" for k, v in job.added_env.items() if not is_secret_name(k)),
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
         "head=${nodes[0]}",
