@@ -256,14 +256,15 @@ def _follow(path: Path) -> None:
     typer.echo(f"{final.name}: {_status(final)} after {fmt_seconds(final.seconds)}, step {_steps(final)}")
 
 
-def _lineage(run: Path):
-    """Where the run's model came from (model=runs/NAME), from its lock.json."""
+def _lineage(run: Path, key: str = "lineage"):
+    """Where the run's model came from (model=runs/NAME), or its reward model (key reward_lineage:
+    reward.model=runs/NAME), from its lock.json."""
     import json
 
     from trainctl.ckpt.lineage import Lineage
 
     try:
-        found = json.loads((run / "lock.json").read_text()).get("lineage")
+        found = json.loads((run / "lock.json").read_text()).get(key)
         return Lineage(**found) if found else None
     except (OSError, ValueError, TypeError, AttributeError):
         return None
@@ -289,6 +290,9 @@ def _show(info, all_metrics: bool) -> None:
     lineage = _lineage(info.path)
     if lineage:
         say(f"  from        {lineage.describe()}")
+    rewarded = _lineage(info.path, "reward_lineage")
+    if rewarded:
+        say(f"  reward by   {rewarded.describe()}")
     if hw:
         say(
             f"  hardware    {hw.get('name')}: {hw.get('nnodes')} node(s) x {hw.get('gpus_per_node')} "
@@ -314,7 +318,8 @@ def _show(info, all_metrics: bool) -> None:
     for a in info.attempts:
         state = a.get("state") or ("running" if a is info.attempts[-1] and info.alive else info.status)
         code = f", exit {a['exit_code']}" if a.get("exit_code") not in (None, 0) else ""
-        job = f", Ray job {a['job_id']}" if a.get("job_id") else ""
+        kind = "Slurm" if a.get("launcher") == "slurm" else "Ray"
+        job = f", {kind} job {a['job_id']}" if a.get("job_id") else ""
         seconds = f", {fmt_seconds(a['seconds'])}" if a.get("seconds") is not None else ""
         say(f"  {a['n']}  {a.get('started', '?')}  {state}{code}{seconds}{job}  log: {a.get('log')}")
     say("Checkpoints:")
