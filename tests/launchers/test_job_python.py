@@ -63,3 +63,32 @@ def test_doctor_fails_on_the_clusters_python(cli, bare_cluster):
     assert any(line.startswith("ok hardware=cpu ") for line in lines), lines
     assert any(line.startswith("ok Ray auth ") for line in lines), lines
     assert "Error: 1 check(s) failed: job python." in result.stderr
+
+
+def test_versions_are_compared_without_the_build_label():
+    """The cluster's answer against the run's lock: another build of the same version (torch 2.13.0+cu128 on the
+    cluster, +cpu here) runs the job; another version, or a package it cannot import, does not."""
+    from trainctl.errors import Problem
+    from trainctl.launchers.job_python import Needs, Verdict, _compare, problem
+
+    want = Needs("torchrun", {"verl": "0.9.1", "torch": "2.13.0+cpu", "peft": "0.21.2"})
+    names, modules = ["verl", "torch", "peft"], ["verl", "torch", "peft"]
+    answer = {
+        "versions": {"verl": "0.9.0", "torch": "2.13.0+cu128", "peft": "0.21.2"},
+        "modules": {"verl": True, "torch": True, "peft": False},
+        "programs": {"torchrun": None},
+    }
+    problems = _compare(answer, want, names, modules)
+    assert problems == [
+        "lacks peft",
+        "has verl 0.9.0 where the run's lock.json has 0.9.1",
+        "has no `torchrun` on its PATH",
+    ]
+    answer["versions"]["verl"], answer["modules"]["peft"], answer["programs"]["torchrun"] = "0.9.1", True, "/x/torchrun"
+    assert _compare(answer, want, names, modules) == []
+    p = problem("http://head:8265", Verdict("/opt/py/bin/python", problems), want)
+    assert isinstance(p, Problem) and p.key == "hardware.ray_address"
+    assert p.message.endswith(
+        "which lacks peft; has verl 0.9.0 where the run's lock.json has 0.9.1; has no `torchrun` on its PATH."
+    )
+    assert p.hint.endswith("/opt/py/bin/python -m pip install 'verl==0.9.1' 'torch==2.13.0' 'peft==0.21.2'")
