@@ -344,3 +344,30 @@ def test_64_concurrent_requests_a_third_streamed_and_cut_off_leave_no_generation
     }
     record_property("figures", figures)
     print(f"model serve, 64 concurrent (22 streams cut off after {cut_after} chunks): {figures}")
+
+
+def test_a_whole_answer_whose_client_hangs_up_leaves_the_batch(tiny_model):
+    """A non-streamed request sends nothing until its answer is done, so the server watches the connection: a client
+    that gives up (a timeout) has its request dropped, not generated to its 512 tokens."""
+    import http.client
+
+    with served_here("tiny") as server:
+        engine = server.service.engine
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        body = {"prompt": "What is 2 + 3?", "max_tokens": 512, "ignore_eos": True}
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        deadline = time.monotonic() + 60
+        while engine.stats.tokens < 4 and time.monotonic() < deadline:  # it is generating
+            time.sleep(0.01)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        at_hang_up = engine.stats.tokens
+        while engine.batch.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not engine.batch.busy, "it went on generating for nobody"
+        assert engine.stats.tokens - at_hang_up < 24, (at_hang_up, engine.stats.tokens)
+        # the server goes on answering
+        r = urllib.request.urlopen(
+            urllib.request.Request(f"{server.url}/completions", json.dumps({**body, "max_tokens": 2}).encode(),
+                                   {"Content-Type": "application/json"}), timeout=60)  # fmt: skip
+        assert json.loads(r.read())["usage"]["completion_tokens"] == 2

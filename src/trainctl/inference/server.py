@@ -246,6 +246,31 @@ class Service:
             waiter.cancel()
 
 
+class _ClientGone(Exception):
+    """The client hung up before its answer was ready."""
+
+
+async def _unless_gone(request, work):
+    """The answer, unless the client hangs up first: then its requests leave the batch (a stream's do as soon as a
+    chunk cannot be sent; a whole answer sends nothing until it is done, so the connection is watched)."""
+    answer = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait([answer, watcher], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not answer.done():
+            answer.cancel()
+    if not answer.done() or answer.cancelled():
+        raise _ClientGone()
+    return answer.result()
+
+
 def _error_body(error: BaseException) -> dict:
     if isinstance(error, ApiError):
         return error.body()
@@ -256,7 +281,7 @@ def build_app(service: Service):
     """The Starlette app: the routes, the host check and the token check (as ASGI middleware)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     def error(e: ApiError) -> JSONResponse:
@@ -288,9 +313,11 @@ def build_app(service: Service):
             if job.stream:
                 headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
                 return StreamingResponse(service.events(job), media_type="text/event-stream", headers=headers)
-            return JSONResponse(await service.respond(job))
+            return JSONResponse(await _unless_gone(request, service.respond(job)))
         except ApiError as e:
             return error(e)
+        except _ClientGone:  # nobody reads it: nginx's "client closed request"
+            return Response(status_code=499)
         except Exception as e:  # a failure of generation: an OpenAI-shaped 500, the server goes on
             return error(ApiError(500, f"generation failed: {type(e).__name__}: {e}"))
 
