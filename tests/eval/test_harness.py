@@ -182,3 +182,12 @@ def test_lm_evals_own_tasks_a_misspelt_one_and_one_whose_dataset_is_not_here(cli
     assert result.exit_code == 1, result.output
     assert "--tasks hellaswag needs the dataset Rowan/hellaswag" in result.stderr
     assert "datasets.load_dataset('Rowan/hellaswag')" in result.stderr
+
+
+def test_ckpt_best_knows_which_way_lm_evals_metrics_go():
+    from trainctl.ckpt.select import default_mode
+
+    for metric in ("eval/arc_easy/acc", "eval/hellaswag/acc_norm", "eval/gsm8k/exact_match/strict-match"):
+        assert default_mode(metric) == "max", metric
+    for metric in ("eval/wikitext/word_perplexity", "eval/wikitext/byte_perplexity", "eval/wikitext/bits_per_byte"):
+        assert default_mode(metric) == "min", metric

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from trainctl.ckpt.layout import Checkpoint, CheckpointError, Listing, list_checkpoints
 
-# metrics where lower is better; anything else (reward, accuracy, score) is maximised
-_LOWER = ("loss", "perplexity", "ppl", "kl", "error", "grad_norm")
+# metrics where lower is better; anything else (reward, accuracy, score) is maximised. lm-eval's (eval --tasks):
+# word_perplexity, byte_perplexity and bits_per_byte lower, acc, exact_match, f1, ... higher
+_LOWER = ("loss", "perplexity", "ppl", "kl", "error", "grad_norm", "bits_per_byte")
 
 
 def default_mode(metric: str) -> str:
