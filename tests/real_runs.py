@@ -279,3 +279,14 @@ def failed_run(real_home, tmp_path_factory) -> RealRun:
         )  # fmt: skip
 
     return once(tmp_path_factory, "boom-run", make)
+
+
+@pytest.fixture(scope="session")
+def grpo_vllm_run(real_home, tmp_path_factory) -> RealRun:
+    """The session's GRPO run again with hardware.rollout_engine=vllm: verl's own vLLM rollout (its servers, agent
+    loop and weight sync) on vLLM's CPU build, GRPO_STEPS steps, no validation, stdout a pipe. Issue 43's learning
+    run (tests/launch/test_vllm_rollout.py)."""
+    return shared_train(
+        tmp_path_factory, real_home, "grpo-vllm", "recipe=grpo-arith-tiny-cpu", "hardware.rollout_engine=vllm",
+        f"run.max_steps={GRPO_STEPS}", "logger=console", TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip

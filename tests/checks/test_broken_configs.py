@@ -417,11 +417,11 @@ CASES = [
     # -- devices --
     (
         "GPU rollout on cpu",
-        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=vllm"],
+        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=sglang"],
         1,
         [
-            f"Error: {R}.rollout.name = vllm needs a GPU, but trainer.device = cpu.",
-            "Hint: hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU)",
+            f"Error: {R}.rollout.name = sglang needs a GPU, but trainer.device = cpu.",
+            "Hint: hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU), or vllm (vLLM's CPU build)",
         ],
     ),
     (

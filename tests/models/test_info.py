@@ -24,7 +24,7 @@ def test_a_folder_is_read_from_its_files(cli, tiny_model):
     out = result.stdout
     assert f"parameters      {exact:,} ({exact // 1000}k; counted from the safetensors headers)" in out
     assert "Qwen2ForCausalLM" in out and "chat template   yes" in out and "dtype           float32" in out
-    assert "4 layers, hidden 64, 4 heads (2 KV), MLP 128, vocab 512, tied embeddings" in out
+    assert "4 layers, hidden 64, 2 heads (1 KV), MLP 128, vocab 512, tied embeddings" in out
     assert "Memory per process, training sft on hardware=cpu (1 process)" in out and "Fits:" in out
 
 

@@ -70,6 +70,26 @@ def test_alerts_nan_loss_grad_spike_same_reward_collapse_and_oom():
     assert seen[-1].kind == "oom" and "hardware.micro_batch_size_per_gpu" in seen[-1].hint
 
 
+def test_a_rollout_gap_over_the_bound_or_growing_is_an_alert_with_the_fix():
+    seen = []
+    p = Progress("ppo", total=20, started=0.0, on_alert=seen.append)
+    # vLLM's CPU build against the fp32 trainer, as measured: a few 1e-4
+    for step, gap in enumerate((3e-4, 4e-4, 3e-4, 5e-4), start=1):
+        p.add_metrics([(step, {"training/rollout_probs_diff_mean": gap})], now=step)
+    assert seen == []
+    assert [s.label for s in p.shown()][-1] == "rollout gap"
+    # growing: 9x its median, above the noise floor, though under the bound
+    p.add_metrics([(5, {"training/rollout_probs_diff_mean": 0.003})], now=5)
+    (grew,) = seen
+    assert grew.kind == "rollout_gap" and "9x its median of the earlier steps" in grew.message
+    assert "algorithm.rollout_correction.rollout_is=token" in grew.hint
+    # over the bound from the first step
+    q = Progress("ppo", total=20, started=0.0, on_alert=(bf16 := []).append)
+    q.add_metrics([(1, {"training/rollout_probs_diff_mean": 0.02})], now=1)
+    assert bf16[0].message.startswith("the rollout's and the trainer's token probabilities differ by 0.02 on average")
+    assert "over 0.01" in bf16[0].message and "actor_rollout_ref.rollout.dtype=float32" in bf16[0].hint
+
+
 def test_trl_writes_nan_as_nan():
     seen = []
     p = Progress("dpo", started=0.0, on_alert=seen.append)

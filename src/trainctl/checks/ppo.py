@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainctl.checks import prometheus
+from trainctl.checks import prometheus, vllm
 from trainctl.checks.arith import divisors_near, fix, neighbours, step_for
 from trainctl.checks.base import Number
 from trainctl.checks.common import check_logger_names, check_verl_device, micro_fix_key, nodes_text
@@ -80,12 +81,16 @@ def rollout_fit(s: Subject) -> list[Problem]:
     problems = []
     name = s.value(f"{AR}.rollout.name")
     device = s.value("trainer.device")
-    if device == "cpu" and name in facts.VERL_ROLLOUTS:
+    if device == "cpu" and name == "vllm":
+        # verl's own vLLM rollout on vLLM's CPU build (trainctl.runtime.vllm_cpu)
+        problems += vllm.cpu_problems(Path(s.cfg.model.path), s.cfg.model.arch, model=f"model={s.cfg.model.name}")
+    elif device == "cpu" and name in facts.VERL_ROLLOUTS:
         problems.append(
             Problem(
                 f"{AR}.rollout.name = {name} needs a GPU, but trainer.device = cpu.",
                 key=f"{AR}.rollout.name",
-                hint="hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU)",
+                hint="hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU), or vllm (vLLM's CPU "
+                "build)",
             )
         )
     elif device != "cpu" and name in facts.TRAINCTL_ROLLOUTS:

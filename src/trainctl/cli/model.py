@@ -404,8 +404,9 @@ def serve(
     """Serve a model, run or checkpoint as an OpenAI-compatible API: /v1/models, /v1/chat/completions,
     /v1/completions, streaming included.
 
-    On CPU hardware: trainctl's batched sampler (the one `trainctl eval` generates with) behind a small HTTP server;
-    on GPU hardware: vLLM's OpenAI server.
+    With hardware.rollout_engine=hf (hardware=cpu's default): trainctl's batched sampler (the one `trainctl eval`
+    generates with) behind a small HTTP server; with vllm (GPU hardware's default, and on the CPU through vLLM's CPU
+    build: hardware=cpu hardware.rollout_engine=vllm): vLLM's own OpenAI server.
     """
     from trainctl.inference.model import prepare
     from trainctl.inference.server import read_token
@@ -445,7 +446,7 @@ def _serve_vllm(served, host: str, port: int, token: str | None) -> None:
     from trainctl.inference import vllm
     from trainctl.inference.server import bind
 
-    vllm.check_installed()
+    vllm.preflight(served)
     sock = bind(host, port)  # a port in use is said before the merge and vLLM's start
     port = sock.getsockname()[1]  # --port 0: the free port found, handed to vLLM
     sock.close()

@@ -30,6 +30,11 @@ def _if_null(value, if_null, otherwise):
     return if_null if value is None else otherwise
 
 
+def _if_eq(value, expected, then):
+    """`then` when value == expected, else UNSET (the backend keeps its default): a setting one option needs."""
+    return then if value == expected else UNSET
+
+
 def _plain(node):
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -107,6 +112,7 @@ _RESOLVERS = {
     "tc.opt": _opt,
     "tc.or": _or,
     "tc.if_null": _if_null,
+    "tc.if_eq": _if_eq,
     "tc.sum": lambda *xs: sum(xs),
     "tc.floordiv": lambda a, b: a // b,
     "tc.eq": lambda a, b: a == b,

@@ -306,8 +306,8 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
             prompts,
             limits,
             p.sampling,
-            tensor_parallel_size=int(p.value("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1),
-            gpu_memory_utilization=float(p.value("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.5),
+            device=p.plan.cfg.hardware.device,
+            value=p.value,
             max_model_len=max(len(x) for x in prompts) + max(limits) if prompts else None,
             progress=progress,
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainctl.errors import TrainctlError
 from trainctl.eval.settings import Sampling
@@ -80,30 +81,31 @@ def generate_vllm(
     max_tokens: list[int],
     s: Sampling,
     *,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.5,
+    device: str,
+    value: Callable[[str], Any],
     max_model_len: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ):
-    """vLLM's offline engine (GPU machines only: imported here). n samples per request, the same settings.
+    """vLLM's offline engine (imported here): on GPUs, or on the CPU through vLLM's CPU build, with the engine
+    settings `model serve` gives vLLM's server (trainctl.inference.vllm). n samples per request, the same settings.
     Returns what generate_cpu returns."""
+    import os
+
+    from trainctl.inference import vllm as vllm_settings
+
     try:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
     except ImportError as e:
         raise TrainctlError(
-            f"generating on {'a GPU' if tensor_parallel_size else 'this machine'} needs vLLM ({e}).",
-            hint="pip install 'verl[vllm]' on the GPU machine, or generate on the CPU: hardware=cpu",
+            f"generating with vLLM needs vLLM ({e}).",
+            hint="make install (vLLM's CPU build where there is no CUDA), or pip install 'trainctl[gpu]' on a GPU "
+            "machine; or generate with trainctl's sampler: hardware.rollout_engine=hf",
         ) from None
     import time
 
-    llm = LLM(
-        model=str(folder),
-        tensor_parallel_size=tensor_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        seed=s.seed,
-    )
+    os.environ.update(vllm_settings.environment(device, base={}))  # its engine process reads them
+    llm = LLM(model=str(folder), max_model_len=max_model_len, seed=s.seed, **vllm_settings.engine_args(device, value))
     params = [
         SamplingParams(
             n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=limit, seed=s.seed + i

@@ -197,10 +197,26 @@ def start(served, status: Callable[[str], None] | None = None) -> Conversation:
         tools.warm()  # MCP servers start while the model loads
     if served.resolved.kind in ("run", "checkpoint") and served.target.folder is None:
         say(f"Merging {served.target.source} into the cache (once; verified, as `trainctl ckpt merge` does)")
+    if served.engine == "vllm":
+        from trainctl.inference import vllm
+
+        vllm.preflight(served)
     folder = served.folder("chat")
     say(f"Loading {folder}")
-    loaded = load(folder, served.cfg.hardware.attn_implementation or "sdpa")
-    batch = Batch(loaded, seed=served.sampling.seed)
+    if served.engine == "vllm":
+        from trainctl.runtime.sampler import load_tokenizer
+
+        loaded = Loaded(None, *load_tokenizer(str(folder)), folder)
+        batch = vllm.Batch(
+            folder,
+            served.cfg.hardware.device,
+            served.value,
+            seed=served.sampling.seed,
+            max_model_len=context_length(folder),
+        )
+    else:
+        loaded = load(folder, served.cfg.hardware.attn_implementation or "sdpa")
+        batch = Batch(loaded, seed=served.sampling.seed)
     prompter = Prompter(loaded.tokenizer, folder, served.chat_template_kwargs, served.tool_format)
     s = served.sampling
     return Conversation(

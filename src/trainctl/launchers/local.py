@@ -41,8 +41,9 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
       a cluster the trainer joins (ray_cluster) is the user's, and keeps the user's settings.
     - the `datasets` library's cache (verl's and TRL's datasets load the parquet files through it: an Arrow copy of
       each) goes to trainctl's cache instead of ~/.cache/huggingface/datasets, unless the user chose a place
-      (HF_DATASETS_CACHE, HF_HOME).
+      (HF_DATASETS_CACHE, HF_HOME); so do vLLM's caches and config (~/.cache/vllm, ~/.config/vllm).
     """
+    from trainctl.facts.vllm import home_env as vllm_home_env
     from trainctl.paths import cache_dir
 
     out: dict[str, str] = {}
@@ -50,6 +51,7 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
         out.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     if not (env.get("HF_DATASETS_CACHE") or env.get("HF_HOME")):
         out["HF_DATASETS_CACHE"] = str(cache_dir() / DATASETS_CACHE)
+    out.update(vllm_home_env(cache_dir(), env))  # a vLLM rollout's caches and config (trainctl.facts.vllm)
     return out
 
 

