@@ -26,6 +26,17 @@ def ranks(log: Path) -> dict[int, str]:
     return {int(m[1]): m[3] for m in _RANK.finditer(log.read_text(errors="replace"))}
 
 
+def test_this_machine_is_one_node(cli, tiny_model, arith_data, no_processes):
+    """hardware.nnodes=2 with the local launcher: refused before anything starts (a dry run warns: the plan may be
+    for another launcher), naming the launchers that place nodes."""
+    result = cli("train", *GRPO, "hardware.nnodes=2", "run.name=two-here")
+    assert result.exit_code == 1
+    assert "hardware.nnodes = 2, but hardware.launcher=local runs on this machine: one node." in result.stderr
+    assert "hardware.launcher=ray_cluster hardware.ray_address=HEAD_IP:6379, or hardware.launcher=slurm" in (
+        result.stderr
+    )
+
+
 def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
     cli, ray_two_nodes, tiny_model, arith_data, tmp_path
 ):

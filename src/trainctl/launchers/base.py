@@ -90,6 +90,17 @@ class Launcher:
     def config_problems(self, hw: Hardware, launching: bool) -> list[Problem]:
         """What is wrong with the hardware option for this launcher (warnings on a dry run: the plan may be for
         another machine)."""
+        if self.ray == "own" and not self.queues and hw.nnodes > 1:
+            # this machine is one node (a cluster's launchers place the others)
+            return [
+                Problem(
+                    f"hardware.nnodes = {hw.nnodes}, but hardware.launcher={self.name} runs on this machine: one node.",
+                    key="hardware.nnodes",
+                    hint="run on a cluster: hardware.launcher=ray_cluster hardware.ray_address=HEAD_IP:6379, or "
+                    "hardware.launcher=slurm; or hardware.nnodes=1",
+                    severity="error" if launching else "warning",
+                )
+            ]
         if self.address_example and not hw.ray_address:
             return [
                 Problem(
