@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,58 @@ def end(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+
+
+class Events:
+    """An SSE client on a thread: each event with the time it arrived."""
+
+    def __init__(self, url: str, headers: dict | None = None):
+        self.events: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, args=(url, headers or {}), daemon=True)
+        self.thread.start()
+
+    def _read(self, url, headers):
+        try:
+            with httpx.Client(timeout=None) as c, c.stream("GET", url, headers=headers) as r:
+                assert r.status_code == 200
+                self.response = r
+                kind, data, eid = None, None, None
+                for line in r.iter_lines():
+                    if self.stop.is_set():
+                        return
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: "):
+                        data = json.loads(line[6:])
+                    elif line.startswith("id: "):
+                        eid = line[4:]
+                    elif line == "" and kind:
+                        self.events.put((time.monotonic(), kind, data, eid))
+                        kind = data = None
+        except httpx.HTTPError:  # closed: by close(), or by the server stopping at the module's end
+            return
+
+    def next(self, kind: str, timeout: float) -> tuple[float, dict, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {kind} event within {timeout} s")
+            try:
+                at, k, data, eid = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if k == kind:
+                return at, data, eid
+
+    def close(self):
+        """Drop the connection, as a browser tab that is closed does."""
+        self.stop.set()
+        response = getattr(self, "response", None)
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
 
 
 @pytest.fixture(scope="module")

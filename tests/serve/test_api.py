@@ -3,19 +3,16 @@ job (the quickstart SFT, one step) created, started and watched to its end throu
 
 from __future__ import annotations
 
-import contextlib
 import json
-import queue
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.real_runs import AGENT_STEPS, FAST_SFT, GRPO_EVERY, GRPO_STEPS, SFT_EVERY, SFT_STEPS
 from tests.serve.conftest import (
     SERVER_SECRET,
+    Events,
     copy_run,
     end,
     fake_live_run,
@@ -197,58 +194,6 @@ def test_prometheus_exposition_parsed_by_prometheus_client(api):
     assert "trainctl_gpu_utilization_ratio" in families
 
 
-class Events:
-    """An SSE client on a thread: each event with the time it arrived."""
-
-    def __init__(self, url: str, headers: dict | None = None):
-        self.events: queue.Queue = queue.Queue()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._read, args=(url, headers or {}), daemon=True)
-        self.thread.start()
-
-    def _read(self, url, headers):
-        try:
-            with httpx.Client(timeout=None) as c, c.stream("GET", url, headers=headers) as r:
-                assert r.status_code == 200
-                self.response = r
-                kind, data, eid = None, None, None
-                for line in r.iter_lines():
-                    if self.stop.is_set():
-                        return
-                    if line.startswith("event: "):
-                        kind = line[7:]
-                    elif line.startswith("data: "):
-                        data = json.loads(line[6:])
-                    elif line.startswith("id: "):
-                        eid = line[4:]
-                    elif line == "" and kind:
-                        self.events.put((time.monotonic(), kind, data, eid))
-                        kind = data = None
-        except httpx.HTTPError:  # closed: by close(), or by the server stopping at the module's end
-            return
-
-    def next(self, kind: str, timeout: float) -> tuple[float, dict, str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {kind} event within {timeout} s")
-            try:
-                at, k, data, eid = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            if k == kind:
-                return at, data, eid
-
-    def close(self):
-        """Drop the connection, as a browser tab that is closed does."""
-        self.stop.set()
-        response = getattr(self, "response", None)
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
-
-
 def _append(path: Path, text: str) -> float:
     with open(path, "a") as f:
         f.write(text)
@@ -365,7 +310,7 @@ def test_a_job_with_bad_fields_is_planned_with_its_problems_and_not_started(api)
     keys = {p["key"] for p in job["problems"]}
     assert keys == {"rollout_n", "kl_coef", "model_path"}
     start = api.post(f"/api/jobs/{job['uuid']}/start", json={})
-    assert start.status_code == 422 and "nothing was started" in start.json()["error"]
+    assert start.status_code == 409 and "nothing was started" in start.json()["error"]
     typo = api.post("/api/jobs", json={"learning_rat": 0.1})
     assert typo.status_code == 422 and "learning_rat" in typo.text
 

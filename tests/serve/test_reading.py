@@ -107,6 +107,10 @@ def _words(fields, base, search):
          ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.02"]),
         (["recipe=dpo-arith-tiny-cpu"], {"kl_coef": 0.2, "learning_rate": 1e-6, "batch_size": 16},
          ["learning_rate=1e-06", "gradient_accumulation_steps=4", "beta=0.2"]),
+        # every TRL trainer from its row in trainctl.facts.trl (a KeyError for all but DPO before)
+        (["algorithm=kto"], {"kl_coef": 0.1, "learning_rate": 1e-6}, ["learning_rate=1e-06", "beta=0.1"]),
+        (["algorithm=orpo"], {"kl_coef": 0.1}, ["beta=0.1"]),
+        (["algorithm=rm"], {"learning_rate": 1e-5}, ["learning_rate=1e-05"]),
     ],
 )  # fmt: skip
 def test_job_fields_land_on_trainctl_keys(base, fields, expected, tmp_path):
@@ -128,6 +132,9 @@ def test_job_fields_that_do_not_apply_are_problems_naming_the_field():
                             SearchPath.default())  # fmt: skip
     assert {p["key"] for p in problems} == {"rollout_n", "num_gpus", "model_path"}
     assert all(p["hint"] for p in problems)
+    _, _, problems = _words({"kl_coef": 0.1, "rollout_n": 2}, ["algorithm=rm"], SearchPath.default())
+    assert [p["key"] for p in problems] == ["rollout_n", "kl_coef"]  # a reward model has neither
+    assert "algorithm rm (rm)" in problems[1]["message"]
 
 
 def test_a_run_as_model_path_trains_from_it(sft_run):

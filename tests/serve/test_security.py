@@ -116,10 +116,16 @@ def test_actions_are_refused_without_allow_actions_and_posts_must_be_json(guarde
         assert form.status_code == 415  # a cross-site form cannot post JSON
         foreign = auth.post(f"/api/jobs/{uid}/stop", json={}, headers={"Origin": "http://evil.example"})
         assert foreign.status_code == 403 and "cross-origin" in foreign.json()["error"]
-        # GET never changes anything; other methods are not served
-        assert auth.get(f"/api/jobs/{uid}/stop").status_code == 405
-        assert auth.request("DELETE", f"/api/jobs/{uid}").status_code == 405
-        assert auth.request("PUT", "/api/jobs").status_code == 405
+        # GET never changes anything; other methods are not served, and the answer says which are (Allow)
+        for method, route, allow in [
+            ("GET", f"/api/jobs/{uid}/stop", "POST"),
+            ("DELETE", f"/api/jobs/{uid}", "GET"),
+            ("PUT", "/api/jobs", "GET, POST"),
+            ("POST", "/api/gpus", "GET"),  # 405 before the POST rules (no JSON body here)
+            ("TRACE", "/metrics", "GET"),
+        ]:
+            r = auth.request(method, route)
+            assert (r.status_code, r.headers.get("allow")) == (405, allow), (method, route)
 
 
 def test_host_header_no_cors_no_cdn_docs(guarded):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -64,11 +65,26 @@ def event(kind: str, data, cursor: Cursor | None = None) -> str:
     return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False, default=str)}\n\n"
 
 
+# run.json as last parsed, per run: every stream of a run reads it each poll; a stat says whether it changed
+_STATUS: dict[Path, tuple[tuple, dict]] = {}
+
+
 def _status(path: Path) -> dict:
+    """A run's run.json (read only: shared by every stream of the run)."""
+    f = path / RUN_FILE
     try:
-        return json.loads((path / RUN_FILE).read_text())
+        st = os.stat(f)
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _STATUS.get(path)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        raw = json.loads(f.read_bytes())
     except (OSError, ValueError):
         return {}
+    if len(_STATUS) > 1000:
+        _STATUS.clear()
+    _STATUS[path] = (sig, raw)
+    return raw
 
 
 def _attempt(raw: dict, n: int) -> dict:
@@ -92,10 +108,19 @@ def _last_attempt(path: Path, raw: dict) -> int:
 class RunStream:
     """One client's stream of one run."""
 
-    def __init__(self, path: Path, status: Callable[[], dict], cursor: Cursor | None, resumed: bool):
+    def __init__(
+        self,
+        path: Path,
+        status: Callable[[], dict],
+        cursor: Cursor | None,
+        resumed: bool,
+        waiting: Callable[[], bool] | None = None,
+    ):
         self.path = path
         self.status = status  # the run's row as the API shows it (status, detail, steps), read fresh
         self.resumed = resumed
+        # a job created and not started: true while it waits (its run folder is not there yet, and is not gone)
+        self.waiting = waiting
         raw = _status(path)
         self.family = raw.get("family")
         self.cursor = cursor or Cursor(_last_attempt(path, raw), 0, None)
@@ -151,10 +176,20 @@ class RunStream:
         while True:
             if await disconnected():
                 return
-            if not (self.path / RUN_FILE).is_file():
-                yield event("gone", {"message": f"the run folder {self.path.name} is gone"}, self.cursor)
-                return
             now = time.monotonic()
+            if not (self.path / RUN_FILE).is_file():
+                if self.waiting is None or not self.waiting():
+                    yield event("gone", {"message": f"the run folder {self.path.name} is gone"}, self.cursor)
+                    return
+                if self.last_status is None:  # created, not started: its status, then the run once it starts
+                    self.last_status = self.status()
+                    yield event("status", _compact(self.last_status), self.cursor)
+                if now - last_ping >= PING_EVERY:
+                    last_ping = now
+                    yield ": ping\n\n"
+                last_status_check = 0.0  # read at once when it starts
+                await asyncio.sleep(POLL_ALIVE)
+                continue
             raw = None
             if now - last_status_check >= (STATUS_EVERY if self._alive() else POLL_IDLE) or self.last_status is None:
                 last_status_check = now
@@ -162,8 +197,8 @@ class RunStream:
                 for chunk in self._switch_attempt(raw):
                     yield chunk
                 row = self.status()
-                compact = {k: row.get(k) for k in ("status", "detail", "exit_code", "steps_total", "attempts")}
-                if compact != (self.last_status and {k: self.last_status.get(k) for k in compact}):
+                compact = _compact(row)
+                if compact != (self.last_status and _compact(self.last_status)):
                     self.last_status = row
                     yield event("status", compact, self.cursor)
                     yield event("progress", self._progress_data(), self.cursor)
@@ -192,8 +227,12 @@ class RunStream:
         if latest <= self.cursor.attempt:
             return
         yield from self._new_metrics(raw)
+        first = not self.cursor.attempt
         self.cursor = Cursor(latest, 0, 0)
         attempt = _attempt(raw, latest)
+        if first:  # a job that started while streamed: its family and clock are known now
+            self.family = raw.get("family")
+            self.progress = self._progress(raw)
         self.progress.total = attempt.get("steps_total") or self.progress.total
         yield event("attempt", {"n": latest, "started": attempt.get("started")}, self.cursor)
 
@@ -201,6 +240,8 @@ class RunStream:
         if not self.cursor.attempt:
             return
         f = _metrics_path(self.path, raw, self.cursor.attempt)
+        if _size(f) == self.cursor.metrics:  # nothing new (a stat, where reading opens the file)
+            return
         records, end = read_records(f, self.cursor.metrics)
         if end == self.cursor.metrics:
             return
@@ -224,6 +265,8 @@ class RunStream:
             if lines:
                 yield event("log", {"lines": lines, "tail": True}, self.cursor)
             return
+        if _size(log) == self.cursor.log:
+            return
         raw_lines, end = read_lines(log, self.cursor.log)
         if end == self.cursor.log:
             return
@@ -235,6 +278,10 @@ class RunStream:
         yield event("log", {"lines": lines[-2000:]}, self.cursor)
         for a in self.progress.alerts[before:]:
             yield event("alert", _alert(a), self.cursor)
+
+
+def _compact(row: dict) -> dict:
+    return {k: row.get(k) for k in ("status", "detail", "exit_code", "steps_total", "attempts")}
 
 
 def _alert(a) -> dict:

@@ -1,7 +1,8 @@
 """`python -m trainctl.serve.planner`: a job's fields -> the `trainctl train` words, and the plan `--dry-run` prints.
 
 The server runs this in a process of its own (it composes with Hydra and imports verl or TRL for their own
-validation: seconds and hundreds of MB the server does not keep). It reads a JSON object on stdin:
+validation: seconds and hundreds of MB the server itself does not hold), kept between plans (`--serve`: a request per
+line; trainctl.serve.jobs.Planner) and let go when unused. It reads a JSON object per request:
     {"fields": {name, model_path, algorithm, learning_rate, ...}, "recipe": ..., "overrides": [...], "root": DIR}
 and prints one JSON object: {"args", "name", "run_dir", "family", "plan", "problems", "warnings", "notes"}.
 
@@ -12,13 +13,14 @@ The fields of the job API, on trainctl's groups and keys:
     algorithm       algorithm=NAME            num_epochs       run.epochs
     num_gpus        hardware.gpus_per_node (8 per node beyond 8: hardware.nnodes)
     context_length  model.context_length      description      kept beside the run (job.json), not a key
-    learning_rate   sft: optim.lr · ppo family: actor_rollout_ref.actor.optim.lr · dpo: learning_rate
+    learning_rate   sft: optim.lr · ppo family: actor_rollout_ref.actor.optim.lr · TRL (dpo, kto, ...): learning_rate
     batch_size      sft, ppo family: data.train_batch_size (sequences / prompts per step) ·
-                    dpo: gradient_accumulation_steps = batch_size / (micro batch x devices)
+                    TRL: gradient_accumulation_steps = batch_size / (micro batch x devices)
     rollout_n       ppo family: actor_rollout_ref.rollout.n
     kl_coef         ppo family: actor_rollout_ref.actor.kl_loss_coef where the algorithm uses a KL loss, else
                     algorithm.kl_ctrl.kl_coef where it puts KL in the reward, else the KL loss turned on ·
-                    dpo: beta
+                    TRL: beta, where the trainer has one (dpo, kto, orpo, cpo)
+(FAMILY_FIELDS, VERL_KEYS below: where a new family's keys go.)
 The recipe comes first, then the fields, then `overrides` (which win).
 """
 
@@ -32,6 +34,25 @@ from typing import Any
 from trainctl.errors import ConfigProblems, Problem, TrainctlError
 
 PER_NODE = 8
+# The job fields whose key depends on the algorithm's family (its trainer). verl's families are here, field by field
+# (kl_coef in the PPO family depends on the algorithm: _ppo_kl); every TRL trainer (a row of
+# trainctl.facts.trl.TRAINERS) takes TrainingArguments' learning_rate, batch_size as gradient accumulation, and
+# kl_coef as its beta where it has one. A new TRL trainer needs nothing here; a new verl family, a row.
+FAMILY_FIELDS = ("learning_rate", "batch_size", "rollout_n", "kl_coef")
+VERL_KEYS = {
+    "sft": {"learning_rate": "optim.lr", "batch_size": "data.train_batch_size"},
+    "ppo": {"learning_rate": "actor_rollout_ref.actor.optim.lr", "batch_size": "data.train_batch_size",
+            "rollout_n": "actor_rollout_ref.rollout.n"},
+}  # fmt: skip
+# why a field does not apply where it does not
+WHY_NOT = {
+    "learning_rate": "it trains nothing",
+    "batch_size": "it has no batch",
+    "rollout_n": "it samples nothing (rollout_n applies to RL, the PPO family)",
+    "kl_coef": "it has no reference model or KL term",
+}
+# the start of the line that carries an answer (--serve)
+ANSWER = "\x1etrainctl-plan "
 
 
 def problem(p: Problem) -> dict:
@@ -114,59 +135,72 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
                 f"num_gpus={gpus // PER_NODE * PER_NODE or PER_NODE}, or hardware.nnodes and "
                 "hardware.gpus_per_node in overrides",
             )
-    needs_family = [f for f in ("learning_rate", "batch_size", "rollout_n", "kl_coef") if fields.get(f) is not None]
+    needs_family = [f for f in FAMILY_FIELDS if fields.get(f) is not None]
     if not needs_family:
         return words, notes, problems
     loaded = _load([*base, *words], search)
-    family = loaded.cfg.family
+    family, algorithm = loaded.cfg.family, loaded.cfg.algorithm.name
     comp = loaded.comp.cfg
-    lr, batch, n, kl = (fields.get(f) for f in ("learning_rate", "batch_size", "rollout_n", "kl_coef"))
-    if lr is not None:
-        words.append(
-            {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr", "dpo": "learning_rate"}[family] + f"={lr}"
-        )
-    if batch is not None:
-        if family in ("sft", "ppo"):
-            words.append(f"data.train_batch_size={batch}")
-        else:
+    for name in needs_family:
+        value = fields[name]
+        if family in VERL_KEYS:
+            key = VERL_KEYS[family].get(name)
+            if name == "kl_coef" and family == "ppo":
+                words += _ppo_kl(comp, value, algorithm, notes)
+            elif key is None:
+                bad(name, f"{name} does not apply to algorithm {algorithm} ({family}): {WHY_NOT[name]}.",
+                    f"leave {name} out, or choose an algorithm it applies to")  # fmt: skip
+            else:
+                words.append(f"{key}={value}")
+            continue
+        trainer = _trl_trainer(family)
+        if trainer is None:
+            bad(
+                name,
+                f"{name}: the job API does not know where algorithm {algorithm} ({family}) takes it.",
+                f"leave {name} out and set the key in overrides (trainctl config show --backend algorithm={algorithm})",
+            )
+        elif name == "learning_rate":
+            words.append(f"learning_rate={value}")
+        elif name == "batch_size":
             hw = loaded.cfg.hardware
             per_step = hw.micro_batch_size_per_gpu * hw.gpus_per_node * hw.nnodes
-            if batch % per_step:
+            if value % per_step:
                 bad(
                     "batch_size",
-                    f"batch_size {batch} is not a multiple of the micro batch x devices ({per_step}: "
+                    f"batch_size {value} is not a multiple of the micro batch x devices ({per_step}: "
                     f"hardware.micro_batch_size_per_gpu={hw.micro_batch_size_per_gpu} x "
                     f"{hw.gpus_per_node * hw.nnodes}); TRL's batch is micro batch x devices x accumulation steps.",
-                    f"batch_size={max(per_step, batch // per_step * per_step)}",
+                    f"batch_size={max(per_step, value // per_step * per_step)}",
                 )
             else:
-                words.append(f"gradient_accumulation_steps={batch // per_step}")
-                notes.append(
-                    f"batch_size {batch} = {per_step} per pass x gradient_accumulation_steps {batch // per_step}"
-                )
-    if n is not None:
-        if family == "ppo":
-            words.append(f"actor_rollout_ref.rollout.n={n}")
+                words.append(f"gradient_accumulation_steps={value // per_step}")
+                steps = value // per_step
+                notes.append(f"batch_size {value} = {per_step} per pass x gradient_accumulation_steps {steps}")
+        elif name == "kl_coef" and trainer.beta:
+            words.append(f"beta={value}")
+            notes.append(f"kl_coef {value} is {family.upper()}'s beta ({trainer.beta})")
         else:
-            bad(
-                "rollout_n",
-                f"rollout_n applies to RL (the PPO family); algorithm {loaded.cfg.algorithm.name} samples nothing.",
-                "leave rollout_n out, or choose algorithm=grpo (or another PPO-family one)",
-            )
-    if kl is not None:
-        if family == "dpo":
-            words.append(f"beta={kl}")
-            notes.append(f"kl_coef {kl} is DPO's beta")
-        elif family == "sft":
-            bad("kl_coef", "kl_coef applies to RL and DPO; SFT has no reference model.", "leave kl_coef out")
-        elif _value(comp, "verl.actor_rollout_ref.actor.use_kl_loss", False):
-            words.append(f"actor_rollout_ref.actor.kl_loss_coef={kl}")
-        elif _value(comp, "verl.algorithm.use_kl_in_reward", False):
-            words.append(f"algorithm.kl_ctrl.kl_coef={kl}")
-        else:
-            words += ["actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.actor.kl_loss_coef={kl}"]
-            notes.append(f"algorithm {loaded.cfg.algorithm.name} uses no KL term: kl_coef turns the KL loss on")
+            bad(name, f"{name} does not apply to algorithm {algorithm} ({family}): {WHY_NOT[name]}.",
+                f"leave {name} out, or choose an algorithm it applies to")  # fmt: skip
     return words, notes, problems
+
+
+def _trl_trainer(family: str):
+    from trainctl.facts.trl import TRAINERS
+
+    return TRAINERS.get(family)
+
+
+def _ppo_kl(comp, kl: float, algorithm: str, notes: list[str]) -> list[str]:
+    """kl_coef in the PPO family: the KL loss's weight where the algorithm has one, else the KL penalty in the
+    reward where it has that, else the KL loss turned on."""
+    if _value(comp, "verl.actor_rollout_ref.actor.use_kl_loss", False):
+        return [f"actor_rollout_ref.actor.kl_loss_coef={kl}"]
+    if _value(comp, "verl.algorithm.use_kl_in_reward", False):
+        return [f"algorithm.kl_ctrl.kl_coef={kl}"]
+    notes.append(f"algorithm {algorithm} uses no KL term: kl_coef turns the KL loss on")
+    return ["actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.actor.kl_loss_coef={kl}"]
 
 
 def plan_job(request: dict) -> dict:
@@ -221,8 +255,8 @@ def plan_job(request: dict) -> dict:
     return out
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read() or "{}")
+def answer(request: dict) -> str:
+    """plan_job's answer as one line of JSON, with no secret of this environment in it."""
     try:
         result = plan_job(request)
     except Exception as e:  # a bug, said as a problem rather than a traceback the server must parse
@@ -243,7 +277,19 @@ def main() -> None:
         }
     from trainctl.secrets import Redactor
 
-    sys.stdout.write(Redactor().text(json.dumps(result)))
+    return Redactor().text(json.dumps(result))
+
+
+def main() -> None:
+    """--serve: a request per line of stdin, its answer on a line of stdout that starts with ANSWER (what the
+    libraries print goes elsewhere or is skipped), until stdin closes. Without it: one request, one answer."""
+    if "--serve" in sys.argv[1:]:
+        for line in sys.stdin:
+            if line.strip():
+                sys.stdout.write(ANSWER + answer(json.loads(line)) + "\n")
+                sys.stdout.flush()
+        return
+    sys.stdout.write(answer(json.loads(sys.stdin.read() or "{}")))
 
 
 if __name__ == "__main__":

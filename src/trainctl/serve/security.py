@@ -5,6 +5,7 @@ so the server is closed by default:
 - with a token, every route needs it: `Authorization: Bearer TOKEN`, or the cookie the login page sets (an HMAC of
   the token, never the token itself), compared in constant time; 401 otherwise;
 - the Host header must name this server (DNS rebinding: a page on evil.example resolved to 127.0.0.1 is refused);
+- a method a path does not serve is answered 405 with an Allow header (before anything else of the request is read);
 - a POST must carry a JSON body (a cross-site form cannot send one, and without CORS headers a cross-site script
   cannot either) and, when the browser says where it comes from (Origin), come from this server; GET never changes
   anything; actions are refused (403) unless the server was started with --allow-actions (routes check that);
@@ -156,9 +157,11 @@ class Secrets:
 class Guard:
     """Host check, authentication and the POST rules, before any route runs; security headers on every response."""
 
-    def __init__(self, app, token: str | None, hosts: set[str], login_page=None):
+    def __init__(self, app, token: str | None, hosts: set[str], login_page=None, methods=None):
         self.app = app
         self.login_page = login_page  # (next_path) -> the login page's HTML: trainctl.serve.pages renders it
+        # (scope) -> the methods the request's path serves, None for no such path (trainctl.serve.app)
+        self.methods = methods or (lambda scope: {"GET", "HEAD", "POST"})
         self.token = token
         self.cookie = cookie_value(token) if token else None
         self.hosts = hosts
@@ -177,8 +180,13 @@ class Guard:
             )
         if self.token and path not in OPEN_PATHS and not self._authorized(headers):
             return await self._unauthorized(scope, headers, send)
+        allowed = self.methods(scope)
+        if allowed is not None and scope["method"] not in allowed:  # the path says what it serves, first
+            allow = ", ".join(sorted(allowed))
+            refused = {"error": f"{scope['method']} is not served here.", "hint": f"Allow: {allow}"}
+            return await _json(send, 405, refused, [(b"allow", allow.encode())])
         if scope["method"] not in ("GET", "HEAD", "POST"):
-            return await _plain(send, 405, "Only GET and POST are served.")
+            return await _plain(send, 405, "Only GET and POST are served.", [(b"allow", b"GET, HEAD, POST")])
         if scope["method"] == "POST":
             origin = headers.get("origin")
             if origin and origin != "null" and host_name(urlsplit(origin).netloc) not in self.hosts:
@@ -280,8 +288,8 @@ async def _send(send, status: int, body: bytes, kind: bytes, extra=()):
     await send({"type": "http.response.body", "body": body})
 
 
-async def _plain(send, status: int, text: str):
-    await _send(send, status, text.encode(), b"text/plain; charset=utf-8")
+async def _plain(send, status: int, text: str, extra=()):
+    await _send(send, status, text.encode(), b"text/plain; charset=utf-8", extra)
 
 
 async def _json(send, status: int, data: dict, extra=()):

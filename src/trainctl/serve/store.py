@@ -36,6 +36,17 @@ def run_uuid(path: Path) -> str:
 
 
 @dataclass
+class Located:
+    """A job found by uuid or name: a run folder, or a job created through the API and not started yet (`pending`:
+    its saved plan; `path`: the run folder it will have once it starts, a folder that never holds a run when its
+    plan named none)."""
+
+    root: Path
+    path: Path
+    pending: dict | None = None
+
+
+@dataclass
 class Entry:
     """One run as the server shows it: the status of `runs ls` and the summary of its metrics."""
 
@@ -129,6 +140,20 @@ class RunStore:
             if d.name == key or self.uuid(d) == key:
                 return root, d
         return None
+
+    def locate(self, key: str) -> Located | None:
+        """A run by uuid or name, else a created job (the API's routes that read a job ask this, so that a job is
+        known from the moment it is created: its stream can be opened before it starts)."""
+        found = self.find(key)
+        if found is not None:
+            return Located(*found)
+        job = self.pending_job(key)
+        if job is None:
+            return None
+        if not job.get("run_dir"):  # its plan failed before naming a folder: it cannot start; it is known all the same
+            return Located(self.roots[0], self.jobs_dir / job["uuid"], job)
+        path = Path(job["run_dir"])
+        return Located(self.root_of(path) or path.parent, path, job)
 
     def root_of(self, path: Path) -> Path | None:
         path = Path(path).resolve()

@@ -1,5 +1,5 @@
 """What the API's routes and the pages answer about runs: a run's detail, lineage, config, checkpoints, a comparison,
-the GPUs. Plain functions over the run store, shared by trainctl.serve.app (JSON) and trainctl.serve.pages (HTML)."""
+the GPUs. Plain functions over the run store, shared by trainctl.serve.routes (JSON) and trainctl.serve.pages (HTML)."""
 
 from __future__ import annotations
 

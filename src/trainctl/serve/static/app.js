@@ -429,11 +429,13 @@ function initCheckpoints() {
     const timer = setInterval(async () => {
       let a;
       try { a = await api(`/api/actions/${action.id}`); } catch (e) { clearInterval(timer); return; }
-      $(".state", box).textContent = a.state + (a.exit_code ? ` (exit ${a.exit_code})` : "");
+      $(".state", box).textContent = a.state + (a.exit_code ? ` (exit ${a.exit_code})` : "") + (a.reason ? `: ${a.reason}` : "");
       $("pre", box).textContent = a.output.join("\n");
       if (a.state !== "running") { clearInterval(timer); if (a.state === "done" && a.kind === "eval") setTimeout(() => location.reload(), 1500); }
     }, 2000);
   }
+  // the merges and evals started before this page (by this server or an earlier one), oldest first: newest on top
+  api(`/api/jobs/${uuid}/actions`).then((list) => list.reverse().forEach(watch)).catch(() => {});
   $$("button.merge").forEach((b) => b.addEventListener("click", async () => {
     const dtype = $(".dtype", b.closest("tr")).value;
     try { watch(await post(`/api/jobs/${uuid}/checkpoints/merge`, { step: +b.dataset.step, dtype })); }
