@@ -1,5 +1,8 @@
 """`trainctl serve` over 200 synthetic runs of 10,000 steps each: the runs table, one run's whole history, the
-live stream's latency, the server's memory and idle CPU; the same data through TensorBoard, as a ratio.
+live stream's latency, the server's memory and idle CPU; the same data through TensorBoard, as a ratio. Then the
+stream under load (BENCH_SSE_CLIENTS clients, default 500, on one run writing BENCH_SSE_STEPS steps, a third of the
+clients reconnecting midway with Last-Event-ID: tests/serve/sse_load.py, which tests/serve/test_events.py runs
+smaller), and a job's plan through POST /api/jobs, the planner cold and warm.
 
 The runs are written once to $BENCH_SERVE_DIR (default: a folder under the system's temp dir) and reused. Each has
 the files a real run has (run.json, trainctl.yaml, metrics/attempt-1.jsonl with an SFT run's metrics per step);
@@ -30,6 +33,9 @@ RUNS = int(os.environ.get("BENCH_SERVE_RUNS", 200))
 STEPS = int(os.environ.get("BENCH_SERVE_STEPS", 10_000))
 BASE = Path(os.environ.get("BENCH_SERVE_DIR", Path(tempfile.gettempdir()) / "trainctl-bench-serve"))
 SAMPLES = 15
+SSE_CLIENTS = int(os.environ.get("BENCH_SSE_CLIENTS", 500))
+SSE_STEPS = int(os.environ.get("BENCH_SSE_STEPS", 100))
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _free_port() -> int:
@@ -90,10 +96,10 @@ def make_live(root: Path) -> tuple[Path, subprocess.Popen]:
     return run, proc
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen, str]:
+def start_server(root: Path, *args: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainctl", "serve", "--runs", str(root), "--port", str(port)],
+        [sys.executable, "-m", "trainctl", "serve", "--runs", str(root), "--port", str(port), *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root.parent,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -222,6 +228,78 @@ def tensorboard_ratio(root: Path, ours_table: float, ours_run: float) -> list[Ro
     ]  # fmt: skip
 
 
+def sse_load() -> list[Row]:
+    """SSE_CLIENTS streams of one run while it writes SSE_STEPS steps (20 a second), a third reconnecting."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT))
+    from tests.serve.sse_load import live_run, load
+
+    from trainctl.serve.store import run_uuid
+
+    root = BASE / "sse" / "runs"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    sleeper = live_run(root / "live")
+    proc, url = start_server(root)
+    try:
+        cpu0 = psutil.Process(proc.pid).cpu_times()
+        res = load(url, run_uuid(root / "live"), root / "live", proc.pid, SSE_CLIENTS, SSE_STEPS, every=0.05,
+                   timeout=600)  # fmt: skip
+        cpu1 = psutil.Process(proc.pid).cpu_times()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        sleeper.kill()
+        sleeper.wait()
+    problems = res.problems(SSE_STEPS)
+    lat = res.latencies()
+    p99 = statistics.quantiles(lat, n=100)[98]
+    first = max(c.first_event for c in res.clients if c.first_event is not None)
+    cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    verdict = f"{len(problems)} clients WRONG: {problems[:3]}" if problems else "every client saw every step once"
+    note = f"{res.figures()}; server CPU {cpu:.1f} s; {verdict}"
+    return [
+        Row(f"SSE: {SSE_CLIENTS} clients' first event (slowest)", first, target="<= 2 s",
+            ok=first <= 2 and not problems, note=note),
+        Row(f"SSE: step latency p99, {SSE_CLIENTS} clients", p99, target="<= 1 s", ok=p99 <= 1),
+        Row(f"SSE: server RSS, {SSE_CLIENTS} clients (MB)", res.rss_mb, target="<= 150 MB", ok=res.rss_mb <= 150,
+            unit="MB"),
+    ]  # fmt: skip
+
+
+def planning() -> list[Row]:
+    """POST /api/jobs (a plan: composed, checked by verl itself) with the server's planner cold, then warm."""
+    import shutil
+
+    root = BASE / "plan" / "runs"
+    shutil.rmtree(root.parent, ignore_errors=True)
+    root.mkdir(parents=True)
+    proc, url = start_server(root, "--allow-actions")
+    times = []
+    try:
+        with httpx.Client(base_url=url, timeout=600) as c:
+            for i in range(1 + SAMPLES // 3):
+                t = time.perf_counter()
+                job = {"name": f"plan-{i}", "recipe": "quickstart", "learning_rate": 1e-3 * (i + 1)}
+                r = c.post("/api/jobs", json=job)
+                times.append(time.perf_counter() - t)
+                r.raise_for_status()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    warm = statistics.median(times[1:])
+    return [
+        Row(
+            "POST /api/jobs (plan), warm planner",
+            warm,
+            target="<= 2 s",
+            ok=warm <= 2,
+            note=f"the first (the planner imports verl) {times[0]:.1f} s; {len(times) - 1} warm plans",
+        )
+    ]
+
+
 def main() -> list[Row]:
     root = BASE / "runs"
     t = time.perf_counter()
@@ -263,6 +341,8 @@ def main() -> list[Row]:
         sleeper.kill()
         sleeper.wait()
     rows += tensorboard_ratio(root, rows[0].trainctl_s, rows[1].trainctl_s)
+    rows += sse_load()
+    rows += planning()
     report("serve", rows)
     return rows
 
