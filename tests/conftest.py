@@ -52,6 +52,9 @@ HEAVY_FIRST = (
     "tests/launch/test_lora.py",
     "tests/launch/test_run_record.py",  # the wandb run
     "tests/launch/test_sft.py",  # the failing run
+    # issue 45: GRPO across two Ray nodes (compared with the GRPO run), SFT across two Slurm nodes (with sft-ws2)
+    "tests/launchers/test_ray_cluster.py",
+    "tests/launchers/test_slurm.py",
     # waiting, computing, waiting, ... (seconds on this machine: wall / CPU of the worker and what it started)
     "tests/runs/test_status.py",  # 36 / 23
     "tests/config/test_compose.py",  # 47 / 46
