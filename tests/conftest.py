@@ -70,6 +70,9 @@ HEAVY_FIRST = (
     "tests/serve/test_api.py",  # 19 / 22: a real job through the API
     "tests/checks/test_reward.py",  # 14 / 13
     "tests/serve/test_browser.py",  # 8 / 6: a real job from the launch form
+    "tests/serve/test_app.py",  # schemathesis twice (25 + 27 s), jobs started through the API: waits on servers
+    "tests/serve/test_events.py",  # 300 SSE clients in the worker against a server: 29 s, computes
+    "tests/serve/test_jobs.py",  # kill -9 of the server mid-merge: ~20 s, waits
     "tests/checks/test_memory.py",  # 10 / 10
     "tests/launch/",  # test_learning reads every session run
     "tests/cli/test_main.py",  # 10 / 9
