@@ -28,6 +28,10 @@ REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
 FAST_SFT = ["recipe=quickstart", "data.train_max_samples=128", "hardware.micro_batch_size_per_gpu=8", "run.epochs=1"]
 FAST_DPO = ["recipe=dpo-arith-tiny-cpu", "run.max_steps=16"]
+# the session's reward model (TRL's RewardTrainer through the TRL registry): RM_STEPS steps of the recipe, held-out
+# pairs evaluated before training and every RM_EVERY steps, a checkpoint every RM_EVERY
+RM_STEPS = 8
+RM_EVERY = 4
 # the GRPO recipe at 4 samples per prompt and a learning rate of 1e-4, 2 steps: the other PPO-family algorithms' runs
 # (tests/launch/test_ppo.py, slow)
 FAST_RL = [
@@ -239,6 +243,17 @@ def dpo_lora_run(real_home, tmp_path_factory) -> RealRun:
     return shared_train(
         tmp_path_factory, real_home, "dpo-lora", *FAST_DPO, "lora=r8", "run.save_every=8", TRAINCTL_PROGRESS_EVERY="0"
     )
+
+
+@pytest.fixture(scope="session")
+def rm_run(real_home, tmp_path_factory) -> RealRun:
+    """TRL reward model: `trainctl train recipe=rm-arith-tiny-cpu` for RM_STEPS steps, checkpoints and held-out
+    pair accuracy every RM_EVERY (and before training); stdout a pipe. The run `eval runs/rm`, `ckpt merge` and
+    `reward=model reward.model=runs/rm` read (tests/launch/test_trl_methods.py)."""
+    return shared_train(
+        tmp_path_factory, real_home, "rm", "recipe=rm-arith-tiny-cpu", f"run.max_steps={RM_STEPS}",
+        f"run.save_every={RM_EVERY}", f"run.val_every={RM_EVERY}", TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
 from trainctl.checks import data, environment, files, lora, memory, ppo, reward, sft, tools, trl, types, values
 from trainctl.checks.base import Number, Subject
-from trainctl.ckpt.lineage import Lineage, from_runs
+from trainctl.ckpt.lineage import Lineage, from_runs, reward_from_runs
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
 from trainctl.config.overrides import Override
@@ -40,6 +40,7 @@ class Plan:
     problems: list[Problem] = field(default_factory=list)
     numbers: list[Number] = field(default_factory=list)
     lineage: Lineage | None = None  # the run (or checkpoint) the model comes from: model=runs/NAME
+    reward_lineage: Lineage | None = None  # the run that trained the reward model: reward.model=runs/NAME
 
     @property
     def cfg(self) -> Config:
@@ -127,12 +128,14 @@ def resolve(
     """
     # model=runs/NAME: the run's latest checkpoint, merged into the cache, is the model (trainctl.ckpt.lineage)
     words, lineage = from_runs([o.raw if isinstance(o, Override) else str(o) for o in overrides])
+    words, reward_lineage = reward_from_runs(words)  # reward.model=runs/NAME: a reward model a run trained
     loaded = load(words, search)
     # the reward kind translates its own settings: they must be what it declares before anything is built
     found = reward.section(loaded.cfg, loaded.comp)
     if found:
         raise ConfigProblems(found)
     plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching, lineage=lineage)
+    plan.reward_lineage = reward_lineage
     plan.problems += values.checks(loaded.cfg, loaded.comp)
     if strict:
         plan.raise_for_errors()

@@ -500,6 +500,22 @@ CASES = [
         1,
         ["Error: beta = 0: DPO's KL strength must be a positive number.", "Hint: beta=0.1"],
     ),
+    (
+        "unknown SimPO loss",
+        ["algorithm=simpo", "data=hh-rlhf", "loss_type=simpoo"],
+        1,
+        ["Error: loss_type has 'simpoo', which TRL's CPOTrainer does not know.", "  Did you mean 'simpo'?"],
+    ),
+    (
+        "KTO with one row per micro-batch",
+        ["algorithm=kto", "data=arith", "hardware=cpu", "hardware.micro_batch_size_per_gpu=1"],
+        1,
+        [
+            "Error: per_device_train_batch_size = 1: KTO estimates its KL term by pairing each row's prompt with "
+            "another row's answer in the same micro-batch, so it needs at least 2 rows there.",
+            "Hint: hardware.micro_batch_size_per_gpu=2 (or loss_type=apo_zero_unpaired, which needs no KL estimate)",
+        ],
+    ),
 ]
 
 

@@ -138,6 +138,44 @@ def test_merge_trl_lora_folds_the_adapter(cli, dpo_runs, tiny_model_dir, tmp_pat
     _generates(out)
 
 
+def test_merge_a_reward_models_adapter_writes_the_classifier(cli, tiny_model_dir, tmp_path):
+    """algorithm=rm lora=r8: PEFT adapters of a one-label classifier (task SEQ_CLS) with its new head saved whole.
+    The merge is that classifier, as PEFT's own merge makes it, and it passes reward=model's checks."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from trainctl.backends.rewards.base import NamedModel
+    from trainctl.backends.rewards.model import classifier_problems
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    config = LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    peft_model = get_peft_model(model, config)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name or "score" in name:
+                p.normal_(0, 0.05)
+    adapter = tmp_path / "rm-adapter"
+    peft_model.save_pretrained(adapter)
+    tok.save_pretrained(adapter)
+    out = tmp_path / "rm"
+    result = cli("ckpt", "merge", str(adapter), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    written = json.loads((out / "config.json").read_text())
+    assert written["architectures"] == ["Qwen2ForSequenceClassification"] and written["id2label"] == {"0": "LABEL_0"}
+    assert written["pad_token_id"] == tok.pad_token_id
+
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    base.config.pad_token_id = tok.pad_token_id
+    reference = PeftModel.from_pretrained(base, adapter).merge_and_unload().eval()
+    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    batch = tok(["What is 2 + 3? 2 + 3 = 5\n#### 5", "What is 7 * 8?"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(merged(**batch).logits, reference(**batch).logits, atol=1e-6, rtol=1e-5)
+    assert classifier_problems(NamedModel("reward.model", str(out), out, None, True)) == []
+
+
 def test_merge_art_adapter_finds_its_base_in_model_json(cli, art_model, tiny_model_dir, tmp_path):
     out = tmp_path / "art"
     result = cli("ckpt", "merge", str(art_model), "--out", str(out))  # the latest: checkpoints/0002

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pyarrow.parquet as pq
@@ -129,6 +130,65 @@ def test_read_back_by_trls_dpo_data_path(shapes, cli, tmp_path, tiny_model_dir):
         == f"<|im_start|>user\n{QA[0]['question']}<|im_end|>\n<|im_start|>assistant\n"
     )
     assert tok.decode(prepared[0]["rejected_ids"]) == "I do not know.<|im_end|>\n"
+
+
+def test_preference_pairs_convert_to_kto_rows_no_two_neighbours_sharing_a_prompt(shapes, cli, tmp_path):
+    """KTO's unpaired rows: each pair's chosen answer desirable, its rejected one not, the rejected row held back one
+    pair (TRL's KTOTrainer reads rows in order and estimates its KL term from each row's neighbour's answer)."""
+    out = tmp_path / "kto.parquet"
+    result = cli("data", "convert", str(shapes["preference"]), "--to", "kto", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    rows = _rows(out)
+    assert f"wrote {len(rows)} rows to {out}" in result.stdout and len(rows) == 6  # 3 pairs
+    question = [r["prompt"][0]["content"] for r in rows]
+    assert [q == QA[i]["question"] for q, i in zip(question, (0, 1, 0, 2, 1, 2), strict=True)] == [True] * 6
+    assert [r["label"] for r in rows] == [True, True, False, True, False, False]
+    assert rows[0]["completion"] == [{"role": "assistant", "content": QA[0]["answer"]}]
+    assert rows[2]["completion"] == [{"role": "assistant", "content": "I do not know."}]
+    assert all(a != b for a, b in itertools.pairwise(question)), question
+
+
+def test_kto_rows_convert_back_and_the_wrong_shape_is_skipped(cli, tmp_path):
+    """A file of labelled answers (KTO's own shape) converts to kto as it is, and its desirable answers to sft."""
+    src = write_jsonl(
+        tmp_path / "kto.jsonl",
+        [
+            {"prompt": "2 + 2?", "completion": "4", "label": True},
+            {"prompt": "3 + 3?", "completion": "7", "label": "false"},
+            {"prompt": "4 + 4?", "completion": "8", "label": "maybe"},
+        ],
+    )
+    result = cli("data", "convert", str(src), "--to", "kto", "--out", str(tmp_path / "k.parquet"))
+    assert result.exit_code == 0, result.output
+    assert "detected: unpaired (prompt=prompt, completion=completion, label=label)" in result.stdout
+    assert "dropped 1 rows: label is not true or false" in result.stdout
+    rows = _rows(tmp_path / "k.parquet")
+    assert [(r["completion"][0]["content"], r["label"]) for r in rows] == [("4", True), ("7", False)]
+    sft = cli("data", "convert", str(src), "--to", "sft", "--out", str(tmp_path / "s.parquet"))
+    assert sft.exit_code == 0, sft.output
+    assert [r["messages"][-1]["content"] for r in _rows(tmp_path / "s.parquet")] == ["4"]
+    dpo = cli("data", "convert", str(src), "--to", "dpo", "--out", str(tmp_path / "d.parquet"))
+    assert dpo.exit_code == 1 and "no rows to write" in dpo.stderr
+
+
+def test_read_back_by_trls_kto_trainer(shapes, cli, tmp_path, tiny_model_dir):
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import KTOConfig, KTOTrainer
+
+    out = tmp_path / "kto.parquet"
+    cli("data", "convert", str(shapes["preference"]), "--to", "kto", "--out", str(out))
+    ds = load_dataset("parquet", data_files=str(out), split="train")
+    trainer = KTOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        args=KTOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none", max_steps=1),
+        train_dataset=ds,
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
+    prepared = trainer.train_dataset
+    assert len(prepared) == 6 and list(prepared["label"]) == [True, True, False, True, False, False]
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert tok.decode(prepared[2]["completion_ids"]) == "I do not know.<|im_end|>\n"
 
 
 # -- bad input: one clear message, nothing written ---------------------------------------------------------------

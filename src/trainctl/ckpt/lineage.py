@@ -1,5 +1,6 @@
 """Training from a run: `model=runs/NAME` (its latest whole checkpoint) or `model.path=runs/NAME/checkpoints/
-global_step_N` (that one) start SFT, DPO or RL from what another run trained.
+global_step_N` (that one) start SFT, DPO or RL from what another run trained; `reward.model=runs/NAME` scores RL with
+the reward model a run trained (algorithm=rm).
 
 The checkpoint is merged once, verified, into trainctl's cache (as `ckpt merge` and `eval` do: shards gathered,
 LoRA adapters folded in), and the new run reads that folder: `model=<the source run's model option>
@@ -117,13 +118,13 @@ def resolve_source(value: str, key: str) -> Lineage | None:
         return None  # a model.path that does not exist yet: the model checks say so
     path = path.resolve()
     run = _run_of(path)
-    if key == "model.path" and run is None and (path / "config.json").is_file():
+    if key != "model" and run is None and (path / "config.json").is_file():
         return None  # a plain Hugging Face folder
     try:
         listing = list_checkpoints(path)
     except CheckpointError as e:
         raise TrainctlError(f"{key}={value}: {e.message}", hint=e.hint) from None
-    if key == "model.path" and run is None and listing.latest.layout == "hf-model":
+    if key != "model" and run is None and listing.latest.layout == "hf-model":
         return None
     chosen = listing.latest
     record = _record(run)
@@ -153,4 +154,34 @@ def from_runs(words: list[str]) -> tuple[list[str], Lineage | None]:
         if found.base:
             out.append(f"model={found.base}")
         out.append(f"model.path={found.merged}")
+    return out, lineage
+
+
+def reward_from_runs(words: list[str]) -> tuple[list[str], Lineage | None]:
+    """The overrides with `reward.model=RUN-OR-CHECKPOINT` (a reward model a run trained: algorithm=rm) replaced by
+    the classifier it means (its latest checkpoint, or that one; an adapter folded into its base in the cache), and
+    that reward model's lineage; the overrides unchanged when none names a run."""
+    out: list[str] = []
+    lineage: Lineage | None = None
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not (eq and key == "reward.model"):
+            out.append(word)
+            continue
+        path = Path(value).expanduser()
+        record = _record(_run_of(path.resolve())) if path.exists() else {}
+        if record.get("family") not in (None, "rm"):  # checked before a checkpoint is merged for nothing
+            trained = record.get("algorithm")
+            raise TrainctlError(
+                f"reward.model={value}: that run trained algorithm={trained}, a model that writes answers, not a "
+                "reward model that scores them.",
+                hint="train a reward model first: trainctl train algorithm=rm ... (e.g. recipe=rm-arith-tiny-cpu), "
+                "then reward.model=runs/NAME",
+            )
+        found = resolve_source(value, key)
+        if found is None:
+            out.append(word)
+            continue
+        lineage = found
+        out.append(f"reward.model={found.merged}")
     return out, lineage

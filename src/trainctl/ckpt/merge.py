@@ -143,6 +143,8 @@ def _adapter_source(part: Part, checkpoint: Checkpoint, base: str | None) -> tup
     cfg = json.loads((part.path / "adapter_config.json").read_text())
     lora = Lora.from_tensors(tensors, cfg, part.path / "adapter_config.json")
     base_source = SafetensorsSource(weight_files(base_dir))
+    if cfg.get("task_type") == "SEQ_CLS":  # a reward model: written as the classifier it is
+        lora.as_classifier(base_source)
     lora.check_against(base_source, part.path)
     return FoldedSource(base_source, lora), lora, base_dir
 
@@ -179,6 +181,24 @@ def _tied(config: dict, names: set[str]) -> set[str]:
     if config.get("tie_word_embeddings") and "lm_head.weight" in names and "model.embed_tokens.weight" in names:
         return {"lm_head.weight"}
     return set()
+
+
+def classifier_config(config: dict, adapter: Path) -> dict:
+    """The base causal LM's config as the one-label sequence classifier a reward model's adapter makes of it (what
+    AutoModelForSequenceClassification.from_pretrained(base, num_labels=1) holds, and what trainctl's TRL entry point
+    trained: the reward is read at the last token that is not padding, so the pad token is kept)."""
+    arch = (config.get("architectures") or ["?"])[0]
+    for suffix in ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"):
+        if arch.endswith(suffix):
+            arch = arch[: -len(suffix)] + "ForSequenceClassification"
+            break
+    out = {**config, "architectures": [arch], "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+    if out.get("pad_token_id") is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(adapter))
+        out["pad_token_id"] = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return out
 
 
 def _config_dir(part: Part, base_dir: Path | None) -> Path:
@@ -221,6 +241,8 @@ def plan_merge(
         )
     source, lora, base_dir = _open(part, checkpoint, base)
     config = json.loads((_config_dir(part, base_dir) / "config.json").read_text())
+    if lora is not None and lora.heads:
+        config = classifier_config(config, part.path)
     floats = [s.dtype for s in source.specs.values() if s.dtype.is_floating_point]
     trained = max(set(floats), key=floats.count) if floats else torch.float32
     resolved = dtype if dtype != "auto" else _dtype_name(trained)

@@ -285,6 +285,10 @@ class Lora:
     scale: float
     fan_in_fan_out: bool = False
     replaced: dict[str, torch.Tensor] = field(default_factory=dict)  # modules_to_save: whole tensors
+    # a classifier's adapter (PEFT task SEQ_CLS, a reward model): the new head the base model lacks, and the base
+    # tensors a classifier has no place for (the LM head)
+    heads: dict[str, torch.Tensor] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], config: dict, where: Path) -> Lora:
@@ -318,6 +322,13 @@ class Lora:
             factors[name] = (pair["A"], pair["B"])
         return cls(factors, scale, bool(config.get("fan_in_fan_out")), replaced)
 
+    def as_classifier(self, base: Source) -> None:
+        """A sequence-classification adapter (a reward model trained with LoRA): the saved head it trained whole
+        (modules_to_save) is new to the causal LM it was trained on, which keeps its LM head."""
+        for name in [n for n in self.replaced if n not in base.specs]:
+            self.heads[name] = self.replaced.pop(name)
+        self.dropped = {"lm_head.weight"} & set(base.specs)
+
     def check_against(self, base: Source, where: Path) -> None:
         for name, (a, b) in sorted(self.factors.items()):
             spec = base.specs.get(name)
@@ -350,12 +361,14 @@ class FoldedSource(Source):
     specs: dict[str, Spec] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.specs = dict(self.base.specs)
+        self.specs = {n: s for n, s in self.base.specs.items() if n not in self.lora.dropped}
+        self.specs.update({n: Spec(n, tuple(t.shape), t.dtype) for n, t in self.lora.heads.items()})
         self.mapped = self.base.mapped
 
     def blocks(self, name: str) -> Iterator[torch.Tensor]:
-        if name in self.lora.replaced:
-            yield self.lora.replaced[name]
+        whole = self.lora.replaced.get(name, self.lora.heads.get(name))
+        if whole is not None:
+            yield whole
             return
         pair = self.lora.factors.get(name)
         if pair is None:

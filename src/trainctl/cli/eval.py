@@ -22,6 +22,7 @@ Examples:
   trainctl eval ./my-model data=gsm8k --limit 100 --out evals/mine
   trainctl eval runs/agent --each-checkpoint                a run with tools: verl's tool agent loop, its calls
   trainctl eval tiny-tools data=arith-tools tools=calculator n=4 temperature=1    an agent, pass@1..4
+  trainctl eval runs/rm --each-checkpoint                   a reward model: held-out pair accuracy, no generation
   then: trainctl ckpt best runs/grpo --metric eval/arith/acc
 \b
 Standard benchmarks with lm-evaluation-harness (lm-eval's hf model in this process; vLLM's on GPUs):
@@ -105,6 +106,11 @@ def eval_command(
                 f"{flag} goes with --tasks (lm-evaluation-harness's tasks).",
                 hint=f"trainctl eval {model} --tasks TASK {flag} ...",
             )
+    from trainctl.eval import pairs
+
+    if pairs.is_reward_model(model, search):  # it scores answers: held-out pair accuracy
+        _pairs(model, words, search, each_checkpoint, out, limit, not no_base)
+        return
     p = prepare(model, words, each_checkpoint=each_checkpoint, out=out, limit=limit, base=not no_base, search=search)
     render_warnings(p.warnings)
     for note in p.notes:
@@ -128,6 +134,37 @@ def eval_command(
     mark_best(results, f"{p.prefix}/acc")
     _table(p, results)
     typer.echo(f"Samples and metrics: {p.out_dir}", err=True)
+
+
+def _pairs(model, words, search, each_checkpoint, out, limit, base) -> None:
+    """`eval` of a reward model: each test pair scored once, a table of pair accuracy and margin per model."""
+    from rich.table import Table
+    from transformers.utils import logging as hf_logging
+
+    from trainctl.cli.common import stdout_console
+    from trainctl.eval import pairs
+
+    p = pairs.prepare(model, words, each_checkpoint=each_checkpoint, out=out, limit=limit, base=base, search=search)
+    render_warnings(p.warnings)
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar would cut through ours
+    for note in p.notes:
+        typer.echo(f"Note: {note}", err=True)
+    n = len(p.targets)
+    typer.echo(f"Scoring {n} reward model{'s' if n != 1 else ''} on {len(p.rows)} pairs of {p.val_file}", err=True)
+    results = []
+    for target in p.targets:
+        with _progress(target.label, "scoring") as progress:
+            results.append(pairs.evaluate(p, target, progress))
+    accuracy, margin = f"{p.prefix}/{pairs.ACCURACY}", f"{p.prefix}/{pairs.MARGIN}"
+    pairs.mark_best(results, accuracy)
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"{p.prefix} (reward model)")
+    for col in ("model", "pairs", "pair accuracy", "margin", ""):
+        table.add_column(col, justify="left" if col in ("model", "") else "right")
+    for r in results:
+        table.add_row(r.target.label, str(r.pairs), f"{r.metrics[accuracy]:.4f}", f"{r.metrics[margin]:.4f}",
+                      "<- best" if r.best else "")  # fmt: skip
+    stdout_console().print(table)
+    typer.echo(f"Scores and metrics: {p.out_dir}", err=True)
 
 
 def _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size, each_checkpoint, out, base):
@@ -195,7 +232,7 @@ def _evaluate(p, target, progress):
     return evaluate(p, target, progress)
 
 
-def _progress(label: str):
+def _progress(label: str, doing: str = "generating"):
     """A progress bar of finished samples on a terminal; nothing when piped."""
     import contextlib
 
@@ -207,7 +244,7 @@ def _progress(label: str):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        columns = [TextColumn(f"generating {label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        columns = [TextColumn(f"{doing} {label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task(label, total=None)
 

@@ -87,6 +87,8 @@ class RunDir:
         lock = lockfile(folders)
         if plan.lineage is not None:
             lock["lineage"] = plan.lineage.to_json()  # where the model it trains came from (model=runs/NAME)
+        if plan.reward_lineage is not None:
+            lock["reward_lineage"] = plan.reward_lineage.to_json()  # the run that trained its reward model
         atomic_write_text(self.path / "lock.json", json.dumps(lock, indent=2) + "\n")
         previous = self.status() if self.exists() else {}
         self._save_status(

@@ -46,7 +46,7 @@ def _datasets(data: dict):
 def train(family: str, config_path: str, resume: bool = False) -> None:
     import torch
     from omegaconf import OmegaConf
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
     from trl import ModelConfig, get_peft_config
 
     from trainctl.facts.trl import TRAINERS
@@ -78,6 +78,7 @@ def train(family: str, config_path: str, resume: bool = False) -> None:
         )
         kwargs["device_map"] = get_kbit_device_map()
     tokenizer = AutoTokenizer.from_pretrained(path)
+    set_seed(args.seed)  # before the model: a reward model's new head is drawn at random (TRL does the same)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if spec.model == "classifier":
