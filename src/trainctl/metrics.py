@@ -150,10 +150,11 @@ def run_summary(run_dir: Path, key_metrics: Sequence[KeyMetricLike]) -> list[str
 # what a run scored on held-out data, by trainer: verl's validation (PPO family: val-core/<source>/acc/mean@1 and the
 # reward, val-aux/<source>/reward/mean@1; SFT: val/loss), TRL's evaluation (eval/loss, eval/rewards/accuracies and
 # margins; a reward model's eval/accuracy and eval/margin), and `trainctl eval`'s (eval/<data>/acc and format, a
-# reward model's eval/<data>/pair_accuracy, written to <run>/eval/metrics.jsonl)
+# reward model's eval/<data>/pair_accuracy; with --tasks, lm-eval's eval/<task>/acc, acc_norm, exact_match, /<filter>
+# after a filter's name; written to <run>/eval/metrics.jsonl)
 HELD_OUT = re.compile(
     r"^(val-core/.+/acc/mean@\d+|val-aux/.+/reward/mean@\d+|val/loss|eval/loss|eval/rewards/(accuracies|margins)"
-    r"|eval/(accuracy|margin)|eval/[^/]+/(acc|format|pair_accuracy))$"
+    r"|eval/(accuracy|margin)|eval/[^/]+/(acc|format|pair_accuracy)|eval/[^/]+/(acc|acc_norm|exact_match)(/[^/]+)?)$"
 )
 
 
