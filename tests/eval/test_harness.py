@@ -124,7 +124,9 @@ def test_tasks_on_each_checkpoint_of_a_run_and_ckpt_best_picks_by_them(cli, sft_
     assert best_row.split()[-2:] == ["step", str(best)], best_row
     listed = cli("ckpt", "ls", str(run), "-m", metric, "-m", "eval/arith_gen/exact_match")
     assert listed.exit_code == 0 and listed.stdout.count(f"{metric}=") == len(steps), listed.stdout
-    assert {s: v[metric] for s, v in held_out(run).items() if metric in v} == {0: scores[0][metric], **by_step}
+    shown = held_out(run)  # what runs show prints as before -> after
+    assert {s: v[metric] for s, v in shown.items() if metric in v} == {0: scores[0][metric], **by_step}
+    assert all("eval/arith_gen/exact_match" in shown[s] and "eval/arith_mc/acc_norm" in shown[s] for s in steps)
     page = {c["step"]: c["eval_results"] for c in checkpoints(run)}
     assert {s: page[s][metric] for s in steps} == by_step
 
@@ -191,3 +193,9 @@ def test_ckpt_best_knows_which_way_lm_evals_metrics_go():
         assert default_mode(metric) == "max", metric
     for metric in ("eval/wikitext/word_perplexity", "eval/wikitext/byte_perplexity", "eval/wikitext/bits_per_byte"):
         assert default_mode(metric) == "min", metric
+
+
+def test_a_reward_model_option_is_no_model_for_lm_evals_tasks(cli):
+    result = cli("eval", "tiny-rm", "--tasks", "arith_mc")
+    assert result.exit_code == 1 and "model=tiny-rm is a reward model (a score head)" in result.stderr, result.output
+    assert "Finding" in result.stderr and "Evaluating" not in result.stderr

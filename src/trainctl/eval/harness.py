@@ -145,6 +145,14 @@ def prepare(
                 Problem(f"model={model} is not downloaded: {model_dir} has no config.json.", key="model", hint=fix)
             )
         resolved.targets[0].folder = model_dir
+        if cfg.model.kind != "causal_lm":
+            problems.append(
+                Problem(
+                    f"model={model} is a {cfg.model.kind} model (a score head): lm-eval's tasks need a causal LM.",
+                    key="model",
+                    hint=f"trainctl eval {model} (a reward model's held-out pairs), or --tasks on a policy",
+                )
+            )
     elif resolved.kind == "run" and each_checkpoint and base and (model_dir / "config.json").is_file():
         resolved.targets.insert(0, Target("base", 0, None, model_dir))
     if num_fewshot is not None and num_fewshot < 0:
