@@ -104,7 +104,7 @@ def generate_vllm(
         ) from None
     import time
 
-    os.environ.update(vllm_settings.environment(device, base={}))  # its engine process reads them
+    os.environ.update(vllm_settings.environment(device, base={}, quiet=True))  # its engine process inherits them
     llm = LLM(model=str(folder), max_model_len=max_model_len, seed=s.seed, **vllm_settings.engine_args(device, value))
     params = [
         SamplingParams(

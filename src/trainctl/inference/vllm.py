@@ -65,13 +65,16 @@ def engine_args(device: str, value: Callable[[str], Any]) -> dict[str, Any]:
     }
 
 
-def environment(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+def environment(device: str, base: dict[str, str] | None = None, quiet: bool = False) -> dict[str, str]:
     """The environment vLLM runs in: `base` (os.environ by default) with its caches under trainctl's, and the CPU
-    build's settings on the CPU."""
+    build's settings on the CPU. `quiet`: vLLM in trainctl's own process (eval, chat) logs errors only, unless the user
+    set VLLM_LOGGING_LEVEL (its start-up log is ~60 lines of engine configuration)."""
     from trainctl.paths import cache_dir
 
     env = dict(os.environ if base is None else base)
     env.update(home_env(cache_dir(), os.environ))
+    if quiet and not os.environ.get("VLLM_LOGGING_LEVEL"):
+        env["VLLM_LOGGING_LEVEL"] = "ERROR"
     if device == "cpu":
         env.update(cpu_env())
     return env
@@ -135,7 +138,7 @@ class Batch:
     def __init__(self, folder, device: str, value: Callable[[str], Any], *, seed: int = 0, max_model_len: int | None):
         from vllm import EngineArgs, LLMEngine
 
-        os.environ.update(environment(device, base={}))  # read by vLLM's engine process, which inherits them
+        os.environ.update(environment(device, base={}, quiet=True))  # vLLM's engine process inherits them
         args = EngineArgs(model=str(folder), seed=seed, max_model_len=max_model_len, **engine_args(device, value))
         self.engine = LLMEngine.from_engine_args(args)
         self._next = 0
