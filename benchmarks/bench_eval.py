@@ -132,16 +132,19 @@ def _lm_eval_rows(root: Path, model: Path, n: int) -> list[Row]:
     theirs = [python, "-m", "lm_eval", *command.split(": ", 1)[1].split()[1:]]
     wall = interleaved({"trainctl": (ours, 0), "lm_eval": (theirs, 0)}, env, root, n)
 
-    # loglikelihood requests/s: lm-eval through model serve, and lm-eval's hf model in this process
+    # loglikelihood requests/s: lm-eval through model serve, and lm-eval's hf model in this process (its datasets
+    # cache in the temporary folder: `datasets` reads HF_DATASETS_CACHE when imported, perhaps earlier in this process)
     import time
 
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_CACHE=str(root / "datasets"))
+    import datasets.config
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     from trainctl.inference.model import prepare
     from trainctl.inference.server import open_server
 
-    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_CACHE=str(root / "datasets"))
+    datasets.config.HF_DATASETS_CACHE = root / "datasets"
     manager = TaskManager(include_path=str(tasks), include_defaults=False)
     server = open_server(prepare(str(model), []), "127.0.0.1", 0, None)
     server.start()

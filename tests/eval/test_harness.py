@@ -18,7 +18,7 @@ import yaml
 
 from tests.inference.conftest import served_here
 from tests.real_runs import SFT_EVERY, SFT_STEPS
-from trainctl.eval.harness import metric_names
+from trainctl.eval.harness import datasets_cache, metric_names
 from trainctl.metrics import read_jsonl
 
 TASKS = Path(__file__).with_name("lm_tasks")
@@ -58,8 +58,9 @@ def _served_accuracy(url: str, tokenizer: Path, tasks: Path) -> dict:
     args = {"base_url": f"{url}/completions", "model": "tiny", "tokenizer_backend": "huggingface",
             "tokenizer": str(tokenizer), "num_concurrent": 8, "max_retries": 1}  # fmt: skip
     manager = TaskManager(include_path=str(tasks), include_defaults=False)
-    return lm_eval.simple_evaluate(model="local-completions", model_args=args, tasks=["arith_mc"],
-                                   task_manager=manager)["results"]["arith_mc"]  # fmt: skip
+    with datasets_cache():  # trainctl's (the session's), not ~/.cache/huggingface
+        return lm_eval.simple_evaluate(model="local-completions", model_args=args, tasks=["arith_mc"],
+                                       task_manager=manager)["results"]["arith_mc"]  # fmt: skip
 
 
 def test_tasks_on_the_tiny_model_are_lm_evals_numbers_and_the_served_model_scores_the_same(
