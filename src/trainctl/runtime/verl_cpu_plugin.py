@@ -24,12 +24,6 @@ if os.environ.get("TRAINCTL_TOOL_CALLS"):
 
     _apply_trajectories()
 
-if os.environ.get("TRAINCTL_RAY_ENV"):
-    # a driver joining a running Ray cluster carries the run's environment to its workers (ray_cluster, slurm)
-    from trainctl.runtime.verl_patches import apply_ray_env as _apply_ray_env
-
-    _apply_ray_env()
-
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
         from trainctl.runtime.verl_cpu import install

@@ -7,7 +7,6 @@ Four sets, each replacing module attributes with wrappers:
     with them; one wrapper per verl function, whichever sets are on;
   - TRAJECTORY_PATCHES (apply_trajectories()): the turns of each trajectory in the rollout dumps, for runs with
     tools (trainctl.runtime.trajectories provides the wrappers);
-  - RAY_ENV_PATCHES (apply_ray_env()): the run's environment carried to the Ray actors of a cluster main_ppo joins;
   - VLLM_CPU_PATCHES (apply_vllm_cpu()): vLLM's CPU build inside the rollout's vLLM workers (trainctl.runtime.vllm_cpu
     applies them there, where vLLM is loaded anyway; no other process imports vLLM for them).
 tests/runtime/test_verl_patches.py pins the source of every patched function, so a verl upgrade that changes them
@@ -96,14 +95,6 @@ TRAJECTORY_PATCHES = {
     ),
 }
 
-# a driver that joins a running Ray cluster (hardware.launcher=ray_cluster, slurm): module, function: what it lacks
-RAY_ENV_PATCHES = {
-    ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"): (
-        "main_ppo gives its Ray actors a runtime_env of a few fixed variables: on a cluster started elsewhere they "
-        "lack the run's own (VERL_PLATFORM, the metrics file, trainctl's reward and tool metrics), which a Ray it "
-        "starts itself passes on by inheritance ('Total available GPUs 0 is less than total desired GPUs 2' on cpu)"
-    ),
-}
 # vLLM's CPU build under verl's weight sync (trainctl.runtime.vllm_cpu's worker extension): module, function: why
 VLLM_CPU_PATCHES = {
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
@@ -114,12 +105,9 @@ VLLM_CPU_PATCHES = {
     ),
 }
 
-# the variable naming what the driver carries to the cluster's workers (set by trainctl.launch.runner)
-RAY_ENV = "TRAINCTL_RAY_ENV"
-
 # modules that only some processes import (the trainer's driver, the agent-loop workers), and that cost seconds to
 # import: patched when a process first imports them, not imported by every process the plugin is loaded in
-ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LEGACY_TRAINER, LOOP, "verl.trainer.constants_ppo"}
+ON_IMPORT = {"verl.trainer.ppo.v1.replay_buffer", TRAINER, LEGACY_TRAINER, LOOP}
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
@@ -380,17 +368,6 @@ def _validate(original):
     return _validate
 
 
-def _get_ppo_ray_runtime_env(original):
-    @functools.wraps(original)
-    def get_ppo_ray_runtime_env(*args, **kwargs):
-        runtime_env = original(*args, **kwargs)
-        names = [n for n in os.environ.get(RAY_ENV, "").split(",") if n in os.environ]
-        runtime_env.setdefault("env_vars", {}).update({n: os.environ[n] for n in names})
-        return runtime_env
-
-    return get_ppo_ray_runtime_env
-
-
 def _dispatch_cpu_unquantized_gemm(original):
     @functools.wraps(original)
     def dispatch_cpu_unquantized_gemm(layer, remove_weight):
@@ -417,7 +394,6 @@ _WRAPPERS = {
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
     "logprobs_from_logits": _logprobs_from_logits,
-    "get_ppo_ray_runtime_env": _get_ppo_ray_runtime_env,
     "dispatch_cpu_unquantized_gemm": _dispatch_cpu_unquantized_gemm,
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
@@ -493,18 +469,6 @@ def apply_trajectories() -> None:
         )
         return
     _apply(tuple(TRAJECTORY_PATCHES))
-
-
-def apply_ray_env() -> None:
-    """A driver joining a running cluster gives its Ray actors the variables RAY_ENV names (GPU runs too)."""
-    import verl
-
-    if verl.__version__ != VERL_VERSION:
-        logger.warning(
-            "trainctl: the run's environment is carried to Ray for verl %s, not %s", VERL_VERSION, verl.__version__
-        )
-        return
-    _apply(tuple(RAY_ENV_PATCHES))
 
 
 def _apply(wanted: tuple[tuple[str, str], ...]) -> None:
