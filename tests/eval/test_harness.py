@@ -200,3 +200,28 @@ def test_a_reward_model_option_is_no_model_for_lm_evals_tasks(cli):
     result = cli("eval", "tiny-rm", "--tasks", "arith_mc")
     assert result.exit_code == 1 and "model=tiny-rm is a reward model (a score head)" in result.stderr, result.output
     assert "Finding" in result.stderr and "Evaluating" not in result.stderr
+
+
+@pytest.mark.slow  # vLLM's CPU build: ~25 s to start, and its first requests warm it up (3-4 minutes on 2 busy cores)
+def test_tasks_with_vllms_engine_score_what_the_hf_model_scores(cli, tiny_model, lm_tasks, tmp_path):
+    """hardware.rollout_engine=vllm: lm-eval's vllm model (the engine settings model serve and eval give vLLM, here
+    its CPU build) gets hf's accuracy, the same greedy answers, and log-likelihoods within float rounding."""
+    runs = {}
+    for engine in ("hf", "vllm"):
+        out = tmp_path / engine
+        result = cli("eval", "tiny", "--tasks", "arith_mc,arith_gen", "--include-path", str(lm_tasks), "--out",
+                     str(out), f"hardware.rollout_engine={engine}")  # fmt: skip
+        assert result.exit_code == 0, result.output[-3000:]
+        assert f"lm-eval's {engine} model" in result.stderr
+        samples = {}
+        for task in ("arith_mc", "arith_gen"):
+            (log,) = (out / "lm-eval" / "tiny").glob(f"samples_{task}_*.jsonl")
+            samples[task] = {s["doc_id"]: s["filtered_resps"] for s in map(json.loads, log.read_text().splitlines())}
+        runs[engine] = read_jsonl(out / "metrics.jsonl")[0], samples
+    (hf, hf_samples), (vllm, vllm_samples) = runs["hf"], runs["vllm"]
+    for metric in ("eval/arith_mc/acc", "eval/arith_mc/acc_norm", "eval/arith_gen/exact_match"):
+        assert vllm[metric] == hf[metric], metric
+    assert vllm_samples["arith_gen"] == hf_samples["arith_gen"]
+    for doc, choices in hf_samples["arith_mc"].items():
+        theirs = [float(c[0]) for c in vllm_samples["arith_mc"][doc]]
+        assert [float(c[0]) for c in choices] == pytest.approx(theirs, abs=1e-4)

@@ -59,15 +59,12 @@ class Prepared:
         return self.resolved.targets
 
     def lm(self, folder: Path) -> tuple[str, dict[str, Any]]:
-        """lm-eval's model name and model_args for a folder."""
+        """lm-eval's model name and model_args for a folder: vLLM's with the engine settings `model serve` and eval
+        give it (trainctl.inference.vllm: the rollout's on GPUs, the CPU build's on the CPU)."""
         if self.engine == "vllm":
-            value = self.plan.value
-            return "vllm", {
-                "pretrained": str(folder),
-                "dtype": "auto",
-                "tensor_parallel_size": int(value("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1),
-                "gpu_memory_utilization": float(value("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.5),
-            }
+            from trainctl.inference import vllm
+
+            return "vllm", {"pretrained": str(folder), **vllm.engine_args(self.device, self.plan.value)}
         return "hf", {"pretrained": str(folder), "dtype": "float32" if self.device == "cpu" else "auto"}
 
     def command(self, folder: Path) -> str:
@@ -349,6 +346,12 @@ def evaluate(p: Prepared, target: Target) -> Result:
     log_dir = p.out_dir / LOG_DIR / _slug(target.label.replace(" ", "-"))
     # a ".json" output path: lm-eval writes its files into that folder, not one named after the model's path
     tracker = EvaluationTracker(output_path=str(log_dir / "results.json"))
+    if model == "vllm":  # its caches under trainctl's, the CPU build's settings on the CPU; its engine inherits them
+        from trainctl.inference import vllm
+        from trainctl.runtime.vllm_cpu import alias_cpu_build
+
+        os.environ.update(vllm.environment(p.device, base={}, quiet=True))
+        alias_cpu_build()  # lm-eval asks for the distribution `vllm`'s version: the CPU build is `vllm-cpu`
     start = time.perf_counter()
     with datasets_cache(), quiet_harness():
         results = simple_evaluate(
