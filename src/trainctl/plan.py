@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, environment, files, lora, memory, ppo, reward, sft, tools, trl, types, values
+from trainctl.checks import data, distill, environment, files, lora, memory, ppo, reward, sft, tools, trl, types, values
 from trainctl.checks.base import Number, Subject
-from trainctl.ckpt.lineage import Lineage, from_runs, reward_from_runs
+from trainctl.ckpt.lineage import OTHER_MODELS, Lineage, from_runs, others_from_runs
 from trainctl.config.compose import Composition
 from trainctl.config.load import Loaded, load
 from trainctl.config.overrides import Override
@@ -40,7 +40,8 @@ class Plan:
     problems: list[Problem] = field(default_factory=list)
     numbers: list[Number] = field(default_factory=list)
     lineage: Lineage | None = None  # the run (or checkpoint) the model comes from: model=runs/NAME
-    reward_lineage: Lineage | None = None  # the run that trained the reward model: reward.model=runs/NAME
+    # the runs other models come from, by setting: reward.model=runs/NAME, distillation.teacher=runs/NAME
+    other_lineages: dict[str, Lineage] = field(default_factory=dict)
 
     @property
     def cfg(self) -> Config:
@@ -128,14 +129,21 @@ def resolve(
     """
     # model=runs/NAME: the run's latest checkpoint, merged into the cache, is the model (trainctl.ckpt.lineage)
     words, lineage = from_runs([o.raw if isinstance(o, Override) else str(o) for o in overrides])
-    words, reward_lineage = reward_from_runs(words)  # reward.model=runs/NAME: a reward model a run trained
+    words, others = others_from_runs(words)  # reward.model=runs/NAME, distillation.teacher=runs/NAME
     loaded = load(words, search)
+    # the same settings naming a run in a recipe or config file (distillation.teacher: runs/quickstart)
+    written = [f"{o.key}={v}" for o in OTHER_MODELS if o.key not in others and (v := _written(loaded, o.key))]
+    extra, more = others_from_runs(written)
+    if more:
+        others.update(more)
+        words = [*words, *(w for w in extra if w.partition("=")[0] in more)]
+        loaded = load(words, search)
     # the reward kind translates its own settings: they must be what it declares before anything is built
     found = reward.section(loaded.cfg, loaded.comp)
     if found:
         raise ConfigProblems(found)
     plan = Plan(loaded=loaded, backend=backend_for(loaded.cfg.family), launching=launching, lineage=lineage)
-    plan.reward_lineage = reward_lineage
+    plan.other_lineages = others
     plan.problems += values.checks(loaded.cfg, loaded.comp)
     if strict:
         plan.raise_for_errors()
@@ -145,6 +153,11 @@ def resolve(
     if raise_errors or (strict and any(p.is_error for p in typed)):
         plan.raise_for_errors()
     return plan
+
+
+def _written(loaded: Loaded, key: str) -> str | None:
+    value = OmegaConf.select(loaded.comp.cfg, key, default=None)
+    return value if isinstance(value, str) and value else None
 
 
 def make_plan(
@@ -170,6 +183,7 @@ def make_plan(
     plan.problems += environment.checks(s)
     plan.problems += memory.checks(s)
     plan.problems += reward.checks(s)
+    plan.problems += distill.checks(s)  # the teacher of algorithm=distill (issue 47)
     plan.problems += lora.checks(s)  # the lora group (issue 14)
     plan.problems += tools.checks(s)  # issue 11
     if strict:

@@ -23,7 +23,7 @@ CASES = [
         2,
         [
             "Error: 'algorithm' is not an override.",
-            "Hint: choose an option: algorithm=OPTION (one of: dapo, dpo, drgrpo, grpo, gspo, kto, orpo, ppo, "
+            "Hint: choose an option: algorithm=OPTION (one of: dapo, distill, dpo, drgrpo, grpo, gspo, kto, orpo, ppo, "
             "reinforce_pp, remax, rloo, rm, sft, simpo)",
         ],
     ),

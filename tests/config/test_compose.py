@@ -50,7 +50,9 @@ MATRIX = [
 @pytest.mark.parametrize(("algorithm", "hardware"), MATRIX)
 def test_every_algorithm_on_every_hardware_validates(algorithm, hardware, tiny_model):
     # verl's own validation runs too (native=True), with the model present so its model sections are checked
-    plan = make_plan([f"algorithm={algorithm}", f"hardware={hardware}", f"data={_data_for(algorithm)}"])
+    # distillation needs a teacher: the tiny model itself (the student's tokenizer)
+    teacher = ["distillation.teacher=tiny"] if algorithm == "distill" else []
+    plan = make_plan([f"algorithm={algorithm}", f"hardware={hardware}", f"data={_data_for(algorithm)}", *teacher])
     assert plan.errors == []
     assert plan.backend.name == {"sft": "verl-sft", **TRL_BACKEND}.get(algorithm, "verl-ppo")
     assert plan.numbers, "the plan shows derived numbers"

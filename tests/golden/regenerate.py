@@ -24,6 +24,8 @@ def golden_args(algorithm: str) -> list[str]:
         "hardware=8gpu",
         "logger=console",
         f"run.dir=/trainctl-runs/{algorithm}",
+        # on-policy distillation's teacher: a larger model with the student's tokenizer
+        *(["distillation.teacher=qwen2.5-14b"] if algorithm == "distill" else []),
     ]
 
 

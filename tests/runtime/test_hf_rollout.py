@@ -173,3 +173,22 @@ def test_lora_sync_makes_the_rollout_sample_from_base_plus_adapter(server, tiny_
         sampled = _generate(server, PROMPT)
         assert sampled.log_probs == pytest.approx(_continuation_log_probs(actor, PROMPT, sampled.token_ids), abs=1e-4)
         assert server.stats()["weight_version"] == 1 + step
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_a_distillation_teacher_scores_every_token_as_vllm_does(server, k):
+    """verl's teacher loop (algorithm=distill) asks its server for `prompt_logprobs`: per position the next token's
+    log-probability (k=0) or the top k, then vLLM's dummy last row (verl's extract_prompt_logprobs)."""
+    out = _generate(server, PROMPT, prompt_logprobs=k, max_tokens=1)
+    ids, values = out.extra_fields["prompt_ids"], out.extra_fields["prompt_logprobs"]
+    assert len(ids) == len(values) == len(PROMPT) and ids[-1] == [0] * max(k, 1)
+    with torch.no_grad():
+        logits = server.model(torch.tensor([PROMPT])).logits[0].float().log_softmax(-1)
+    for i in range(len(PROMPT) - 1):
+        if k == 0:
+            assert ids[i] == [PROMPT[i + 1]]
+            assert values[i] == pytest.approx([float(logits[i, PROMPT[i + 1]])], abs=1e-5)
+        else:
+            top = logits[i].topk(k)
+            assert ids[i] == top.indices.tolist() and values[i] == pytest.approx(top.values.tolist(), abs=1e-5)
+    assert out.token_ids == [int(logits[-1].argmax())]

@@ -164,6 +164,21 @@ class _Verl(Backend):
         ]
 
 
+def teacher_keys(cfg: Config, search) -> dict:
+    """verl's distillation keys for the teacher trainctl's distillation section names (algorithm=distill): its model
+    folder, and its pool of distillation.gpus GPUs (processes on cpu) on one node, served with the rollout engine's
+    tensor parallelism where it divides them."""
+    import math
+
+    from trainctl.backends.rewards.base import named_model
+
+    d = cfg.distillation
+    folder = named_model("distillation.teacher", str(d.teacher), cfg.paths.models, search).folder
+    tp = math.gcd(cfg.hardware.rollout_tp, d.gpus)
+    teacher = {"model_path": str(folder), "inference": {"tensor_model_parallel_size": tp}}
+    return {"distillation": {"n_gpus_per_node": d.gpus, "teacher_models": {"teacher_model": teacher}}}
+
+
 class VerlPPO(_Verl):
     name = "verl-ppo"
     title = "verl main_ppo"
@@ -198,6 +213,8 @@ class VerlPPO(_Verl):
             out.append((tree, f"tools={cfg.tools.name} (trainctl.backends.tools)"))
         if launchers.get(cfg.hardware.launcher).ray != "own":
             out.append(({"ray_kwargs": {"ray_init": {"num_cpus": None}}}, f"hardware.launcher={cfg.hardware.launcher}"))
+        if cfg.distillation.teacher:
+            out.append((teacher_keys(cfg, comp.search), "distillation.teacher (trainctl.backends.verl)"))
         return out
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:

@@ -157,31 +157,60 @@ def from_runs(words: list[str]) -> tuple[list[str], Lineage | None]:
     return out, lineage
 
 
-def reward_from_runs(words: list[str]) -> tuple[list[str], Lineage | None]:
-    """The overrides with `reward.model=RUN-OR-CHECKPOINT` (a reward model a run trained: algorithm=rm) replaced by
-    the classifier it means (its latest checkpoint, or that one; an adapter folded into its base in the cache), and
-    that reward model's lineage; the overrides unchanged when none names a run."""
+@dataclass(frozen=True)
+class OtherModel:
+    """A setting that may name another run's model, beside model=: what that run must have trained, where the
+    lineage goes in lock.json, and how the plan and `runs show` name it."""
+
+    key: str
+    rm: bool  # True: a reward model (algorithm=rm); False: a model that writes answers (any other algorithm)
+    lock_key: str
+    label: str  # the plan's line
+    shown: str  # runs show's field
+
+
+OTHER_MODELS = (
+    OtherModel("reward.model", True, "reward_lineage", "Reward model from", "reward by"),
+    OtherModel("distillation.teacher", False, "teacher_lineage", "Teacher from", "taught by"),
+)
+
+
+def others_from_runs(words: list[str]) -> tuple[list[str], dict[str, Lineage]]:
+    """The overrides with `reward.model=RUN` (a reward model a run trained: algorithm=rm) or `distillation.teacher=RUN`
+    (a model a run trained, to teach a student) replaced by the model they mean (the run's latest checkpoint, or the
+    one named; shards and adapters merged into the cache once), and each one's lineage by setting; the overrides
+    unchanged where none names a run."""
+    settings = {o.key: o for o in OTHER_MODELS}
     out: list[str] = []
-    lineage: Lineage | None = None
+    found: dict[str, Lineage] = {}
     for word in words:
         key, eq, value = word.partition("=")
-        if not (eq and key == "reward.model"):
+        other = settings.get(key) if eq else None
+        if other is None:
             out.append(word)
             continue
         path = Path(value).expanduser()
         record = _record(_run_of(path.resolve())) if path.exists() else {}
-        if record.get("family") not in (None, "rm"):  # checked before a checkpoint is merged for nothing
+        family = record.get("family")
+        if family is not None and (family == "rm") != other.rm:  # said before a checkpoint is merged for nothing
             trained = record.get("algorithm")
+            if other.rm:
+                raise TrainctlError(
+                    f"{key}={value}: that run trained algorithm={trained}, a model that writes answers, not a "
+                    "reward model that scores them.",
+                    hint="train a reward model first: trainctl train algorithm=rm ... (e.g. recipe=rm-arith-tiny-cpu), "
+                    f"then {key}=runs/NAME",
+                )
             raise TrainctlError(
-                f"reward.model={value}: that run trained algorithm={trained}, a model that writes answers, not a "
-                "reward model that scores them.",
-                hint="train a reward model first: trainctl train algorithm=rm ... (e.g. recipe=rm-arith-tiny-cpu), "
-                "then reward.model=runs/NAME",
+                f"{key}={value}: that run trained a reward model (algorithm=rm), which scores answers; a teacher "
+                "writes them.",
+                hint=f"{key}=runs/NAME of a run that trained a model to answer (sft, dpo, grpo, ...), or a model "
+                "option",
             )
-        found = resolve_source(value, key)
-        if found is None:
+        lineage = resolve_source(value, key)
+        if lineage is None:
             out.append(word)
             continue
-        lineage = found
-        out.append(f"reward.model={found.merged}")
-    return out, lineage
+        found[key] = lineage
+        out.append(f"{key}={lineage.merged}")
+    return out, found

@@ -25,8 +25,12 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     lines.append(f"Backend: {plan.backend.title}; run folder: {plan.run_dir}")
     if plan.lineage is not None:
         lines.append(f"Model from: {plan.lineage.describe()}; merged (verified) into {plan.lineage.merged}")
-    if plan.reward_lineage is not None:
-        lines.append(f"Reward model from: {plan.reward_lineage.describe()}; read from {plan.reward_lineage.merged}")
+    from trainctl.ckpt.lineage import OTHER_MODELS
+
+    for other in OTHER_MODELS:
+        if other.key in plan.other_lineages:
+            lineage = plan.other_lineages[other.key]
+            lines.append(f"{other.label}: {lineage.describe()}; read from {lineage.merged}")
     lines.append("")
     lines.append("Config (trainctl config show):")
     lines += ["  " + ln for ln in plan.trainctl_yaml().rstrip().splitlines()]

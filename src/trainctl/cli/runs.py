@@ -257,8 +257,8 @@ def _follow(path: Path) -> None:
 
 
 def _lineage(run: Path, key: str = "lineage"):
-    """Where the run's model came from (model=runs/NAME), or its reward model (key reward_lineage:
-    reward.model=runs/NAME), from its lock.json."""
+    """Where the run's model came from (model=runs/NAME), or another model it used (key reward_lineage or
+    teacher_lineage: trainctl.ckpt.lineage.OTHER_MODELS), from its lock.json."""
     import json
 
     from trainctl.ckpt.lineage import Lineage
@@ -290,9 +290,12 @@ def _show(info, all_metrics: bool) -> None:
     lineage = _lineage(info.path)
     if lineage:
         say(f"  from        {lineage.describe()}")
-    rewarded = _lineage(info.path, "reward_lineage")
-    if rewarded:
-        say(f"  reward by   {rewarded.describe()}")
+    from trainctl.ckpt.lineage import OTHER_MODELS
+
+    for other in OTHER_MODELS:  # reward by, taught by
+        found = _lineage(info.path, other.lock_key)
+        if found:
+            say(f"  {other.shown:<11} {found.describe()}")
     if hw:
         say(
             f"  hardware    {hw.get('name')}: {hw.get('nnodes')} node(s) x {hw.get('gpus_per_node')} "

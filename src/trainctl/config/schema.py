@@ -184,6 +184,18 @@ class Reward:
     )
 
 
+@dataclass
+class Distillation:
+    """On-policy distillation (algorithm=distill, verl main_ppo): the student samples, and a teacher scores every
+    token it sampled. verl's own keys for it (the loss: verl.distillation.distillation_loss.*) stay verl's."""
+
+    teacher: str | None = opt(
+        "the teacher: a model option, a model folder, or a run (runs/NAME: its latest checkpoint, merged once); it "
+        "must share the student's tokenizer (null: no teacher, as every algorithm but distill has)"
+    )
+    gpus: int = opt("GPUs (on cpu: processes) serving the teacher, beside those that train", 1, ge=1)
+
+
 # --- tools (issue 11): multi-turn tool calling through verl's tool agent loop ---------------------------------
 
 
@@ -362,6 +374,7 @@ class Config:
     tools: Tools
     logger: Logger
     lora: Lora
+    distillation: Distillation = field(default_factory=Distillation)
     verl: dict = field(default_factory=dict)
     trl: dict = field(default_factory=dict)
 
@@ -384,6 +397,7 @@ SECTIONS: tuple[str, ...] = (
     "model",
     "data",
     "reward",
+    "distillation",
     "tools",
     "hardware",
     "logger",

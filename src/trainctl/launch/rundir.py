@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
+from trainctl.ckpt.lineage import OTHER_MODELS
 from trainctl.launch.lock import lockfile
 from trainctl.paths import atomic_write_text
 from trainctl.secrets import Redactor
@@ -87,8 +88,9 @@ class RunDir:
         lock = lockfile(folders)
         if plan.lineage is not None:
             lock["lineage"] = plan.lineage.to_json()  # where the model it trains came from (model=runs/NAME)
-        if plan.reward_lineage is not None:
-            lock["reward_lineage"] = plan.reward_lineage.to_json()  # the run that trained its reward model
+        for other in OTHER_MODELS:  # the runs that trained its reward model, its teacher
+            if other.key in plan.other_lineages:
+                lock[other.lock_key] = plan.other_lineages[other.key].to_json()
         atomic_write_text(self.path / "lock.json", json.dumps(lock, indent=2) + "\n")
         previous = self.status() if self.exists() else {}
         self._save_status(

@@ -12,6 +12,11 @@ the same contract with a transformers model inside a Ray actor:
     with LoRA (`lora=r8`) verl sends the base weights once and the adapters after each update, which the server folds
     into its weights (PEFT's merge), so it samples from base + adapter.
 Sleep, wake-up and KV-cache calls are no-ops: there is no accelerator memory to give back.
+
+The same server is an on-policy distillation teacher (algorithm=distill: verl's teacher loop starts it with
+`is_teacher_model`): a request with `prompt_logprobs` in its sampling params is scored, not sampled: one forward
+pass over the student's prompt and response, returning vLLM's `prompt_ids` / `prompt_logprobs` extra fields (per
+position the log-probability of the next token, or the top-k of the distribution there).
 """
 
 from __future__ import annotations
@@ -105,6 +110,11 @@ class HFRolloutServer:
         prompt_ids = [int(t) for t in prompt_ids]
         if not prompt_ids:  # refused here, not inside the batch, where it would fail the other requests too
             raise ValueError(f"hf rollout: request {request_id} has an empty prompt")
+        if params.get("prompt_logprobs") is not None:  # a distillation teacher scores the student's tokens
+            fields = await asyncio.to_thread(self._prompt_logprobs, prompt_ids, int(params["prompt_logprobs"]))
+            return TokenOutput(
+                token_ids=fields.pop("next"), log_probs=None, stop_reason="completed", extra_fields=fields
+            )
         max_tokens = self._max_tokens(len(prompt_ids), params)
         want_log_probs = params.pop("logprobs", None) not in (None, False)
         request = SamplingParams.from_request(params, max_tokens)
@@ -158,6 +168,27 @@ class HFRolloutServer:
                 self.sampler.steps - steps,
                 self.sampler.largest_batch,
             )
+
+    def _prompt_logprobs(self, ids: list[int], k: int) -> dict:
+        """What vLLM returns for `prompt_logprobs=k` (verl's extract_prompt_logprobs): for each position but the
+        last, the log-probability of the token that follows it (k=0) or the k most likely next tokens (ids and
+        log-probabilities, most likely first); the last position a dummy row, as vLLM's first is None. Also the
+        greedy next token, as the one token the teacher's request asks to generate."""
+        with self._model_lock, torch.inference_mode():
+            logits = self.model(torch.tensor([ids])).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        follow = torch.tensor(ids[1:])
+        if k == 0:
+            values = logprobs[:-1].gather(1, follow[:, None])
+            tokens = follow[:, None]
+        else:
+            values, tokens = logprobs[:-1].topk(min(k, logprobs.shape[-1]), dim=-1)
+        width = max(k, 1)
+        return {
+            "prompt_ids": [*tokens.tolist(), [0] * width],
+            "prompt_logprobs": [*values.tolist(), [0.0] * width],
+            "next": [int(logits[-1].argmax())],
+        }
 
     def _step(self) -> list[tuple[Any, Completion]]:
         with self._model_lock:
@@ -301,8 +332,12 @@ def _replica_class():
                 node_id = await self.workers[0].__ray_call__.remote(
                     lambda self: ray.get_runtime_context().get_node_id()
                 )
+            # a distillation teacher's servers (verl's teacher loop) run beside the policy's: a name of their own
+            name = server_name(self.replica_rank)
+            if self.is_teacher_model:
+                name = f"{NAME}_teacher{self.name_suffix}_server_{self.replica_rank}_0"
             options: dict[str, Any] = {
-                "name": server_name(self.replica_rank),
+                "name": name,
                 "num_cpus": 0,
                 "max_concurrency": self.max_concurrency,
             }
