@@ -50,6 +50,8 @@ GRPO_EVERY = 6
 # verl's validation before training (the same agent-loop validation as after it; ~12 s of CPU): the learning test
 # evaluates the model before training itself
 AGENT_STEPS = 10
+# the agent recipe on vLLM (issue 43): a few steps, to show the tool loop runs on it
+AGENT_VLLM_STEPS = 3
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 # failed_run's HF_TOKEN and run.project: it must appear in none of its files
 SECRET = "hf_secretvalue123456"
@@ -256,6 +258,19 @@ def rm_run(real_home, tmp_path_factory) -> RealRun:
     )  # fmt: skip
 
 
+def tools_home(home: Home, tiny_tools_dir: Path, tmp_path_factory) -> None:
+    """tiny-tools and the arith-tools data in the session's home, once for the runs that read them."""
+    import shutil
+
+    def make(_) -> bool:
+        shutil.copytree(tiny_tools_dir, home.root / "home" / "models" / "tiny-tools")
+        prep = subprocess.run(trainctl("data", "prep", "arith-tools"), env=home.env(), cwd=home.root)
+        assert prep.returncode == 0, "trainctl data prep arith-tools failed"
+        return True
+
+    once(tmp_path_factory, "tools-home", make)
+
+
 @pytest.fixture(scope="session")
 def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
     """The agent recipe as shipped (GRPO through verl's tool agent loop, the calculator MCP server over stdio, model
@@ -263,12 +278,9 @@ def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
     (tests/launch/test_learning.py) and the run the agent tests read. verl validates at the end (not before
     training) on the test split and dumps it to validation_dir(agent_run) (agent eval's comparison); stdout a
     pipe."""
-    import shutil
 
     def make(_) -> RealRun:
-        shutil.copytree(tiny_tools_dir, real_home.root / "home" / "models" / "tiny-tools")
-        prep = subprocess.run(trainctl("data", "prep", "arith-tools"), env=real_home.env(), cwd=real_home.root)
-        assert prep.returncode == 0, "trainctl data prep arith-tools failed"
+        tools_home(real_home, tiny_tools_dir, tmp_path_factory)
         # no dry run first: the launch's tokenization preflight imports verl all the same
         return train(
             real_home, "agent", "recipe=agent-arith-tiny-cpu", "trainer.val_before_train=false",
@@ -299,9 +311,25 @@ def failed_run(real_home, tmp_path_factory) -> RealRun:
 @pytest.fixture(scope="session")
 def grpo_vllm_run(real_home, tmp_path_factory) -> RealRun:
     """The session's GRPO run again with hardware.rollout_engine=vllm: verl's own vLLM rollout (its servers, agent
-    loop and weight sync) on vLLM's CPU build, GRPO_STEPS steps, no validation, stdout a pipe. Issue 43's learning
-    run (tests/launch/test_vllm_rollout.py)."""
+    loop and weight sync) on vLLM's CPU build, GRPO_STEPS steps, no validation, in a terminal (the live view). Issue
+    43's learning run (tests/launch/test_vllm_rollout.py)."""
     return shared_train(
         tmp_path_factory, real_home, "grpo-vllm", "recipe=grpo-arith-tiny-cpu", "hardware.rollout_engine=vllm",
-        f"run.max_steps={GRPO_STEPS}", "logger=console", TRAINCTL_PROGRESS_EVERY="0",
+        f"run.max_steps={GRPO_STEPS}", "logger=console", terminal=True,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def agent_vllm_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
+    """The agent recipe for AGENT_VLLM_STEPS steps with hardware.rollout_engine=vllm: verl's tool agent loop calling
+    the calculator MCP server, its turns sampled by vLLM's CPU build (issue 43); no validation; stdout a pipe."""
+
+    def make(_) -> RealRun:
+        tools_home(real_home, tiny_tools_dir, tmp_path_factory)
+        return train(
+            real_home, "agent-vllm", "recipe=agent-arith-tiny-cpu", "hardware.rollout_engine=vllm",
+            f"run.max_steps={AGENT_VLLM_STEPS}", "trainer.val_before_train=false", "run.val_every=null",
+            TRAINCTL_PROGRESS_EVERY="0", check_first=False,
+        )  # fmt: skip
+
+    return once(tmp_path_factory, "agent-vllm-run", make)

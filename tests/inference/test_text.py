@@ -61,3 +61,21 @@ def test_the_vllm_command_carries_the_runs_settings_and_no_secret(tiny_model, mo
     assert overrides == {"temperature": 0.5, "top_p": 1.0, "top_k": -1, "max_new_tokens": 32}
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
     assert "tok-secret-value" not in " ".join(argv)
+
+
+def test_on_the_cpu_vllm_serves_in_fp32_eagerly_with_its_cpu_settings(tiny_model, monkeypatch):
+    from trainctl.inference import vllm
+    from trainctl.inference.model import prepare
+
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CACHE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    served = prepare("tiny", ["hardware=cpu", "hardware.rollout_engine=vllm"])
+    argv = vllm.command(served, tiny_model, "127.0.0.1", 8123)
+    assert argv[argv.index("--dtype") + 1] == "float32" and "--enforce-eager" in argv
+    assert "--gpu-memory-utilization" not in argv and "--tensor-parallel-size" not in argv
+    env = vllm.environment("cpu", base={})
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    # its caches and config under trainctl's cache, not ~/.cache/vllm and ~/.config/vllm
+    from trainctl.paths import cache_dir
+
+    assert env["VLLM_CACHE_ROOT"] == str(cache_dir() / "vllm") and env["VLLM_NO_USAGE_STATS"] == "1"

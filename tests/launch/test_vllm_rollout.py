@@ -7,6 +7,7 @@ import yaml
 
 from tests.launch.test_learning import GRPO_REWARD_GAIN
 from tests.learning import assert_learned
+from tests.real_runs import AGENT_VLLM_STEPS
 from trainctl.metrics import read_metrics, series
 from trainctl.runs.alerts import ROLLOUT_GAP
 
@@ -29,3 +30,14 @@ def test_the_rollout_samples_from_the_policy_the_trainer_holds_at_every_step(grp
     assert all(gap < GAP_BOUND for _, gap in gaps), gaps
     # the live view shows it beside the run's key metrics
     assert "rollout gap" in grpo_vllm_run.output
+
+
+def test_the_agent_recipe_calls_its_tools_through_vllms_turns(agent_vllm_run):
+    metrics = read_metrics(agent_vllm_run.path)
+    assert sorted(metrics) == list(range(1, AGENT_VLLM_STEPS + 1))
+    calls = [m["tool/calls"] for m in metrics.values()]
+    assert sum(calls) > 0, calls  # tiny-tools calls the calculator in about 2 of 3 samples
+    assert all(m["tool/calculator/calls"] == m["tool/calls"] for m in metrics.values())
+    assert all(m[ROLLOUT_GAP] < GAP_BOUND for m in metrics.values()), [m[ROLLOUT_GAP] for m in metrics.values()]
+    # the trajectories' turns (calls and the calculator's answers) as verl's loop kept them
+    assert any((agent_vllm_run.path / "rollouts").rglob("*.jsonl"))

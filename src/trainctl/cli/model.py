@@ -452,7 +452,8 @@ def _serve_vllm(served, host: str, port: int, token: str | None) -> None:
     sock.close()
     folder = served.folder()
     _err(f"Serving {served.describe()} as model {served.name!r} with vLLM's OpenAI server on http://{host}:{port}/v1")
-    code = vllm.run(served, folder, host, port, token)
+    ready = f"Ready: http://{host}:{port}/v1  (Ctrl-C stops it)"
+    code = vllm.run(served, folder, host, port, token, on_ready=lambda: _err(ready))
     if code not in (0, -2, 130):
         from trainctl.errors import RunFailed
 

@@ -124,9 +124,12 @@ def generate(
     rows: list[dict],
     s: Any,
     progress: Callable[[int, int], None] | None = None,
+    engine: str = "hf",
+    device: str = "cpu",
 ) -> tuple[list[list[Trajectory]], float]:
-    """Every row s.n times through the tool agent loop, all trajectories at once (the server batches their turns).
-    Returns ([[Trajectory] * n] per row, seconds spent), the model's loading not counted."""
+    """Every row s.n times through the tool agent loop, all trajectories at once (the server batches their turns):
+    trainctl's sampler (engine hf) or vLLM's engine (vllm) behind it. Returns ([[Trajectory] * n] per row, seconds
+    spent), the model's loading not counted."""
     import time
 
     import torch
@@ -144,10 +147,24 @@ def generate(
         verl_cfg.actor_rollout_ref.model.path = str(folder)
         verl_cfg.actor_rollout_ref.model.local_path = str(folder)
     model_type = json.loads((folder / "config.json").read_text()).get("model_type")
-    threads = torch.get_num_threads()
-    server = HFRolloutServer(rollout, verl_cfg.actor_rollout_ref.model)
-    torch.set_num_threads(threads)  # the server sets the rollout actor's thread count: not this process's
-    server.generator.manual_seed(s.seed)
+    if engine == "vllm":
+        from omegaconf import OmegaConf
+
+        from trainctl.inference import vllm
+
+        length = int(rollout.prompt_length) + int(rollout.response_length)
+        server = vllm.AgentServer(
+            folder,
+            device,
+            lambda key: OmegaConf.select(verl_cfg, key),
+            response_length=int(rollout.response_length),
+            max_model_len=length,
+        )
+    else:
+        threads = torch.get_num_threads()
+        server = HFRolloutServer(rollout, verl_cfg.actor_rollout_ref.model)
+        torch.set_num_threads(threads)  # the server sets the rollout actor's thread count: not this process's
+        server.generator.manual_seed(s.seed)
     loop_class = _loop_class()
     tool_list = _load_tools(tools.config_file)
     params = sampling_params(s, int(rollout.response_length))
@@ -177,6 +194,8 @@ def generate(
             flat = asyncio.run(run_all())
     finally:
         bridge().shutdown()  # the stdio servers this eval started stop with it
+        if engine == "vllm":
+            server.shutdown()
     seconds = time.perf_counter() - start
     by_trajectory: dict[str, list[dict]] = {}
     for record in read_call_logs(tools.calls_dir):
@@ -250,14 +269,13 @@ def _trajectory(loop: Any, output: Any, response_length: int) -> Trajectory:
 
 
 def refuse_engine(engine: str) -> Problem | None:
-    """Agent eval samples with trainctl's CPU sampler; vLLM's offline engine has no tool loop."""
-    if engine == "hf":
+    """Agent eval runs verl's tool agent loop on trainctl's sampler (hf) or vLLM's engine (vllm), in this process."""
+    if engine in ("hf", "vllm"):
         return None
     return Problem(
-        f"agent eval (tools=...) generates with trainctl's sampler, not {engine}: verl's tool agent loop needs a "
-        "rollout server, and vLLM's server is not started by eval yet.",
+        f"agent eval (tools=...) generates with trainctl's sampler or vLLM, not {engine}.",
         key="hardware.rollout_engine",
-        hint="add hardware.rollout_engine=hf (the CPU sampler; slow for large models), or score without tools",
+        hint="add hardware.rollout_engine=vllm, or hf (the CPU sampler; slow for large models)",
     )
 
 

@@ -283,8 +283,9 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
     if p.tools is not None:
         kept = list(range(len(p.rows)))
         trajectories, seconds = agent.generate(
-            p.verl_cfg, p.tools, folder, tokenizer, p.rows, p.sampling, progress=progress
-        )
+            p.verl_cfg, p.tools, folder, tokenizer, p.rows, p.sampling, progress=progress, engine=p.engine,
+            device=p.plan.cfg.hardware.device,
+        )  # fmt: skip
         prompts = [ts[0].prompt_ids for ts in trajectories]
         generated = [[Generated(t.response_ids, t.truncated) for t in ts] for ts in trajectories]
     elif p.engine == "hf":

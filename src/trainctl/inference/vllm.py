@@ -93,11 +93,11 @@ def command(served: Served, folder, host: str, port: int, max_model_len: int | N
         "--seed", str(s.seed),
         "--generation-config", "vllm",
         "--override-generation-config", json.dumps(generation),
-        "--disable-fastapi-docs",  # Swagger UI loads from a CDN
     ]  # fmt: skip
     for name, value in engine_args(served.cfg.hardware.device, served.value).items():
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, str(value)]
+    argv.append("--disable-fastapi-docs")  # Swagger UI loads from a CDN
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
     parser = PARSERS.get(served.tool_format)
@@ -108,16 +108,22 @@ def command(served: Served, folder, host: str, port: int, max_model_len: int | N
     return argv
 
 
-def run(served: Served, folder, host: str, port: int, token: str | None) -> int:
-    """Run vLLM's server in the foreground until it exits (Ctrl-C stops it); returns its exit code."""
+def run(
+    served: Served, folder, host: str, port: int, token: str | None, on_ready: Callable[[], None] | None = None
+) -> int:
+    """Run vLLM's server in the foreground until it exits (Ctrl-C stops it); returns its exit code. `on_ready` is
+    called once it answers /health (vLLM loads and warms the model first: seconds to minutes)."""
     import signal
     import subprocess
+    import threading
 
     env = environment(served.cfg.hardware.device)
     env.pop("VLLM_API_KEY", None)
     if token:
         env["VLLM_API_KEY"] = token  # vLLM's server reads its --api-key default from here
     proc = subprocess.Popen(command(served, folder, host, port), env=env)
+    if on_ready is not None:
+        threading.Thread(target=_when_healthy, args=(proc, host, port, on_ready), daemon=True).start()
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -127,6 +133,24 @@ def run(served: Served, folder, host: str, port: int, token: str | None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
+
+
+def _when_healthy(proc, host: str, port: int, on_ready: Callable[[], None]) -> None:
+    """Call on_ready once the server's /health answers 200 (never, if the server exits first)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/health"
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    on_ready()
+                    return
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.5)
 
 
 class Batch:
@@ -201,3 +225,43 @@ class Batch:
             if len(tokens) > sent or done is not None:
                 updates.append(Update(out.request_id, tokens[sent:], done, logps[sent:]))
         return updates
+
+
+class AgentServer:
+    """Agent eval on vLLM: vLLM's async engine in this process as the server verl's tool agent loop calls
+    (`generate`, token in, token out, as verl's vLLMHttpServer.generate: the same max-tokens bound and log-probs),
+    where on trainctl's sampler eval uses trainctl.runtime.hf_rollout.HFRolloutServer."""
+
+    def __init__(self, folder, device: str, value: Callable[[str], Any], *, response_length: int, max_model_len: int):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        os.environ.update(environment(device, base={}, quiet=True))  # vLLM's engine process inherits them
+        args = AsyncEngineArgs(model=str(folder), max_model_len=max_model_len, **engine_args(device, value))
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.response_length = response_length
+        self.max_model_len = max_model_len
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if image_data or kwargs.get("video_data") or kwargs.get("audio_data"):
+            raise NotImplementedError("trainctl's agent eval on vLLM is text-only")
+        prompt_ids = [int(t) for t in prompt_ids]
+        params = dict(sampling_params)
+        room = self.max_model_len - len(prompt_ids)
+        limit = params.pop("max_tokens", None) or params.pop("max_new_tokens", None) or self.response_length
+        params["logprobs"] = 0 if params.pop("logprobs", False) else None
+        vllm_params = SamplingParams(max_tokens=max(1, min(int(limit), room)), **params)
+        outputs = [
+            o async for o in self.engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), vllm_params, request_id)
+        ]
+        sample = outputs[-1].outputs[0]  # the last output holds the whole response
+        tokens = list(sample.token_ids)
+        logps = [lp[t].logprob for lp, t in zip(sample.logprobs, tokens, strict=True)] if sample.logprobs else None
+        return TokenOutput(token_ids=tokens, log_probs=logps, stop_reason="completed")
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()

@@ -24,9 +24,11 @@ LR_KEY = {"sft": "optim.lr", "ppo": "actor_rollout_ref.actor.optim.lr"} | dict.f
 # verl's gap between the rollout's and the trainer's probability of each sampled token (verl.utils.debug.metrics,
 # logged when the rollout returns log-probs: both trainctl's CPU rollout and vLLM do): the mean absolute difference
 ROLLOUT_GAP = "training/rollout_probs_diff_mean"
-# Above this the rollout samples from a policy the trainer does not hold. Measured on 2 cores (tiny model, GRPO, fp32
-# both sides): hf rollout 1e-7 and less, vLLM's CPU build 1e-4 to 3e-3 a step; a bf16 rollout against an fp32 trainer
-# lands near 1e-2, where users report RL collapsing (verl #2996).
+# Above this the rollout samples from a policy the trainer does not hold (issue 43's bound). Measured on 2 cores, the
+# tiny model, fp32 trainer: trainctl's hf rollout 3e-10 to 9e-9 a step; vLLM's CPU build 3.0e-4 to 4.4e-4 (GRPO, its
+# rollout in fp32 or bf16 alike: a random model's near-flat distributions hide the precision) and 8e-6 to 1e-5 (the
+# agent recipe on tiny-tools). On GPUs a bf16 vLLM rollout against an FSDP trainer was reported at 4e-3 before any fix
+# (verl-omni #637); RL collapsing with the gap growing is verl #2996.
 ROLLOUT_GAP_ALERT = 0.01
 # ... or when it grows this many times over its own median of the run's earlier steps (and above a floor of noise)
 ROLLOUT_GAP_GROWTH = 5.0

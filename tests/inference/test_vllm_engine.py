@@ -1,0 +1,89 @@
+"""eval, model serve and chat through vLLM's CPU build (hardware.rollout_engine=vllm on hardware=cpu), on a trained
+run (the session's quickstart SFT run): the answers are those trainctl's own sampler gives, served to the official
+`openai` client and in the terminal chat."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.inference.test_server import ServeProcess
+
+VLLM = ("hardware.rollout_engine=vllm",)
+# greedy answers of the two engines on the 64 test prompts: vLLM's CPU kernels (oneDNN GEMMs, its own attention) sum
+# in another order than torch's; a near-tie between two tokens can then go the other way, and the answers part there
+MIN_EQUAL = 60
+
+
+def _samples(out: Path) -> list[dict]:
+    (samples,) = (out / "samples" / "arith").glob("*.jsonl")
+    return [json.loads(line) for line in samples.read_text().splitlines()]
+
+
+def _eval(home, run, out: Path, *words: str) -> list[dict]:
+    """`trainctl eval RUN WORDS --out OUT` in a process of its own, as a user runs it, in the session's home."""
+    argv = [sys.executable, "-m", "trainctl", "eval", str(run.path), *words, "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=home.env(), cwd=run.work)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "INFO" not in done.stdout + done.stderr, "vLLM's start-up log is quiet in eval"
+    return _samples(out)
+
+
+@pytest.fixture(scope="module")
+def evals(real_home, sft_run, tmp_path_factory) -> dict[str, list[dict]]:
+    """Greedy `trainctl eval runs/sft` on the whole test split (64 prompts), with each engine."""
+    return {
+        "hf": _eval(real_home, sft_run, tmp_path_factory.mktemp("eval-hf")),
+        "vllm": _eval(real_home, sft_run, tmp_path_factory.mktemp("eval-vllm"), *VLLM),
+    }
+
+
+def test_greedy_eval_on_vllm_answers_as_trainctls_sampler(evals, record_property):
+    hf, vllm = evals["hf"], evals["vllm"]
+    assert len(hf) == len(vllm) == 64
+    assert [s["prompt"] for s in hf] == [s["prompt"] for s in vllm]
+    equal = sum(a["response"] == b["response"] for a, b in zip(hf, vllm, strict=True))
+    record_property("equal_greedy_answers", f"{equal}/64")
+    print(f"greedy answers equal on {equal} of 64 test prompts")
+    differ = [(a["response"], b["response"]) for a, b in zip(hf, vllm, strict=True) if a["response"] != b["response"]]
+    assert equal >= MIN_EQUAL, differ
+    # the scores follow the answers
+    assert sum(s["reward"] for s in vllm) == pytest.approx(sum(s["reward"] for s in hf), abs=(64 - equal) * 1.0)
+
+
+def test_model_serve_on_vllm_answers_the_openai_client_as_eval(evals, real_home, sft_run):
+    from openai import OpenAI
+
+    server = ServeProcess(str(sft_run.path), *VLLM, "--port", "0", env=real_home.env())
+    try:
+        client = OpenAI(base_url=server.url(timeout=600), api_key="none")
+        (name,) = [m.id for m in client.models.list()]
+        for s in evals["vllm"][:4]:
+            r = client.chat.completions.create(model=name, messages=s["prompt"])
+            assert r.choices[0].message.content == s["response"]
+            assert r.usage.completion_tokens == s["response_tokens"]
+    finally:
+        code = server.stop()
+    assert code in (0, 130), server.output[-3000:]
+    assert "with vLLM's OpenAI server" in server.output
+
+
+def test_chat_on_vllm_answers_as_eval(evals, real_home, sft_run):
+    first = evals["vllm"][0]
+    question = first["prompt"][-1]["content"]
+    result = subprocess.run(
+        [sys.executable, "-m", "trainctl", "chat", str(sft_run.path), *VLLM, "--json"],
+        input=question + "\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=real_home.env(),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (answer,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert answer["answer"] == first["response"]
+    assert "INFO" not in result.stderr, "vLLM's start-up log is quiet in the chat"
