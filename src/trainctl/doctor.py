@@ -95,6 +95,8 @@ def run_checks(plan: Plan) -> list[Check]:
             checks.append(Check(f"hardware={hw.name}", "ok", f"wants {want} on this machine's CPU"))
     elif not hw.ray_address:
         checks.append(Check(f"hardware={hw.name}", "fail", f"wants {want} on a Ray cluster; set RAY_ADDRESS"))
+    elif launcher.ray == "join":
+        checks += join_checks(plan)
     else:
         try:
             nodes = cluster_nodes(str(hw.ray_address))
@@ -196,4 +198,22 @@ def slurm_checks(cfg: Config) -> list[Check]:
     if summary and not problems:
         limit = f", time {hw.slurm.time}" if hw.slurm.time is not None else ""
         out.append(Check(f"hardware={hw.name}", "ok", f"wants {want}{limit}: the partition has room"))
+    return out
+
+
+def join_checks(plan: Plan) -> list[Check]:
+    """A cluster the driver joins (ray_cluster): its alive nodes, from its GCS, against what the run puts on each (the
+    launch's own check, trainctl.launchers.ray_cluster)."""
+    from trainctl.launchers.capacity import describe, ray_nodes
+
+    hw = plan.cfg.hardware
+    problems = launchers.get(hw.launcher).preflight(plan)
+    if problems and problems[0].key == "hardware.ray_address":  # unreachable
+        return [Check(f"hardware={hw.name}", "fail", problems[0].message)]
+    out = [Check("Ray cluster", "ok", f"{hw.ray_address}: {describe(ray_nodes(str(hw.ray_address)))}")]
+    for p in problems:
+        out.append(Check(p.key or f"hardware={hw.name}", "fail", p.message + (f" ({p.hint})" if p.hint else "")))
+    if not problems:
+        want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
+        out.append(Check(f"hardware={hw.name}", "ok", f"wants {want}: the cluster has room"))
     return out

@@ -48,6 +48,12 @@ def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
     assert "puts 4 training process(es) on each of 1 node(s), and verl's other actors need 2 CPUs" in wide.stderr
     assert "has 0 node(s) with 6 CPUs or more (CPUs a node: 4, 4)" in wide.stderr
     assert not list((tmp_path / "work" / "runs").glob("*/logs/attempt-*.log")), "nothing started"
+    fine = cli("doctor", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2")
+    assert fine.exit_code == 0, fine.output
+    assert f"{ray_two_nodes.address}: 2 node(s): " in fine.stdout and "(4 CPUs)" in fine.stdout
+    assert "wants 2 node(s) x 1 process(es): the cluster has room" in fine.stdout
+    short = cli("doctor", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=4")
+    assert short.exit_code == 1 and "FAIL hardware.nnodes" in short.stdout, short.output
 
 
 # its setup may wait for the session's run it compares with (made by another worker): the suite's 600 s is too short
@@ -74,6 +80,22 @@ def test_grpo_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, t
 
 
 @pytest.mark.slow
+def test_sft_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, tmp_path, sft_ws2_run):
+    """verl's sft_trainer_ray on the two-node cluster (its controller sizes itself from hardware.nnodes), one rank a
+    node: the losses of the session's run of the same config with both processes on one machine (sft_ws2_run)."""
+    from tests.real_runs import FAST_SFT
+
+    result = cli("train", *FAST_SFT, *_on(ray_two_nodes), "hardware.nnodes=2", "run.name=sft2")
+    assert result.exit_code == 0, result.output[-3000:]
+    run = tmp_path / "work" / "runs" / "sft2"
+    assert sorted(ranks(run / "logs" / "attempt-1.log").values()) == ray_two_nodes.node_ids
+    two, one = read_metrics(run), read_metrics(sft_ws2_run.path)
+    losses = [(two[s]["train/loss"], one[s]["train/loss"]) for s in (1, 2, 3, 4)]
+    assert all(abs(a - b) < 1e-4 for a, b in losses), losses
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # two GRPO runs of 6 steps
 def test_two_nodes_learn_as_one_node_does(cli, ray_two_nodes, tiny_model, arith_data, tmp_path):
     """The same GRPO config (6 steps) on one node of this machine and across the two nodes: the reward's course and
     the policy's entropy agree within sampling noise."""

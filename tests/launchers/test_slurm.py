@@ -181,6 +181,7 @@ def _wait_for(what, check, seconds: float = 600):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # two GRPO jobs (a few minutes each on 2 busy cores)
 def test_a_detached_grpo_run_runs_stops_leaving_nothing_and_resumes(cli, slurm, tiny_model, arith_data, tmp_path):
     """--detach returns once sbatch has answered; runs ls and the server say running (from Slurm); runs stop ends
     the job (no job, no process of it left); --resume continues from its last checkpoint to done."""
@@ -205,6 +206,8 @@ def test_a_detached_grpo_run_runs_stops_leaving_nothing_and_resumes(cli, slurm, 
             assert job["status"] == "running", job
     finally:
         server.stop()
+    again = cli("train", "--resume", "runs/grpo-d")
+    assert again.exit_code == 1 and f"grpo-d still runs as Slurm job {job_id} (running)." in again.stderr, again.output
     checkpoints = work / "runs" / "grpo-d" / "checkpoints"
     _wait_for("a checkpoint", lambda: (checkpoints / "global_step_1").is_dir())
     mark = _status(work, "grpo-d")["attempts"][-1]["mark"]
@@ -223,3 +226,37 @@ def test_a_detached_grpo_run_runs_stops_leaving_nothing_and_resumes(cli, slurm, 
     second = [json.loads(line)["step"] for line in (work / "runs" / "grpo-d" / "metrics" / "attempt-2.jsonl").open()]
     assert second[0] == last + 1 and second[-1] == 6, second
     assert " done " in row()
+
+
+@pytest.mark.slow
+def test_runs_stop_reaches_the_trainctl_that_follows_the_job(cli, slurm, tiny_model, arith_data, tmp_path):
+    """A job followed in a terminal: `runs stop` elsewhere asks that trainctl (as Ctrl-C would), which cancels the
+    job, records why and exits 130; nothing of the job is left."""
+    import subprocess
+    import sys
+
+    from trainctl.launchers.tree import marked
+
+    work = tmp_path / "work"
+    argv = [sys.executable, "-m", "trainctl", "train", "recipe=quickstart", *SLURM, "run.name=fg"]
+    follower = subprocess.Popen(argv, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("a step", lambda: (work / "runs" / "fg" / "metrics" / "attempt-1.jsonl").is_file())
+        attempt = _status(work, "fg")["attempts"][-1]
+        stopped = cli("runs", "stop", "fg", "--grace", "10")
+        assert stopped.exit_code == 0, stopped.output
+        assert f"stopped fg (Slurm job {attempt['job_id']}: CANCELLED)" in stopped.stdout
+        assert follower.wait(timeout=120) == 130
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert "interrupted (stopped by trainctl runs stop)" in follower.stderr.read()
+    ended = _status(work, "fg")["attempts"][-1]
+    assert (ended["state"], ended["reason"], ended["job_state"]) == (
+        "interrupted",
+        "stopped by trainctl runs stop",
+        "CANCELLED",
+    )
+    assert marked(attempt["mark"]) == []
+    assert [j for j in slurm.jobs() if j.endswith("RUNNING")] == []

@@ -262,12 +262,13 @@ class Slurm(Launcher):
             run.update_attempt(state="submitted")
             run.set_state("submitted")
             return Ended("submitted", 0, job_id=job_id)
-        run.set_live()
-        if on_attempt:
-            on_attempt(run, attempt)
-        if job.echo:
-            job.echo.write(f"trainctl: Slurm job {job_id}, its script {path}\n")
-        signals, found = _follow(job_id, run, attempt, job)
+        with _catching() as signals:  # from the moment the run says who follows it (runs stop signals that)
+            run.set_live()
+            if on_attempt:
+                on_attempt(run, attempt)
+            if job.echo:
+                job.echo.write(f"trainctl: Slurm job {job_id}, its script {path}\n")
+            found = _follow(job_id, run, attempt, job, signals)
         seconds = time.monotonic() - begin
         reason = None
         if signals:
@@ -461,36 +462,42 @@ def _still_running(run_dir: Path) -> list[Problem]:
     return []
 
 
-def _follow(job_id: str, run: Any, attempt: dict, job_: Job) -> tuple[list[int], JobState | None]:
-    """Echo the job's log as it grows and keep the heartbeat until the job ends; Ctrl-C (SIGINT, SIGTERM, SIGHUP)
-    cancels it. Returns the signals received and the job's last state."""
-    log = run.log_path(attempt)
+@contextlib.contextmanager
+def _catching():
+    """SIGINT, SIGTERM and SIGHUP noted in a list instead of ending trainctl (in the main thread), for the block."""
     signals: list[int] = []
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         for sig in REASONS:
             handlers[sig] = signal.signal(sig, lambda s, f: signals.append(s))
-    offset, asked, found = 0, 0.0, None
     try:
-        while not signals:
-            offset = _echo(log, offset, job_.echo)
-            with contextlib.suppress(OSError, ValueError):
-                run.beat()
-            if time.monotonic() - asked >= POLL_SECONDS:
-                asked = time.monotonic()
-                with contextlib.suppress(TrainctlError):  # a busy slurmctld: ask again
-                    found = job(job_id, fresh=True)
-                    if found is None or found.ended:
-                        break
-            time.sleep(0.25)
-        if signals:
-            found = cancel(job_id, _requested_grace(run) or CTRL_C_GRACE)
+        yield signals
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def _follow(job_id: str, run: Any, attempt: dict, job_: Job, signals: list[int]) -> JobState | None:
+    """Echo the job's log as it grows and keep the heartbeat until the job ends; a signal in `signals` (Ctrl-C,
+    runs stop) cancels it. Returns the job's last state."""
+    log = run.log_path(attempt)
+    offset, asked, found = 0, 0.0, None
+    while not signals:
+        offset = _echo(log, offset, job_.echo)
+        with contextlib.suppress(OSError, ValueError):
+            run.beat()
+        if time.monotonic() - asked >= POLL_SECONDS:
+            asked = time.monotonic()
+            with contextlib.suppress(TrainctlError):  # a busy slurmctld: ask again
+                found = job(job_id, fresh=True)
+                if found is None or found.ended:
+                    break
+        time.sleep(0.25)
+    if signals:
+        found = cancel(job_id, _requested_grace(run) or CTRL_C_GRACE)
     time.sleep(1.0)  # the last lines slurmstepd writes
     _echo(log, offset, job_.echo)
-    return signals, found
+    return found
 
 
 def _echo(log: Path, offset: int, echo) -> int:
