@@ -29,8 +29,9 @@ sys.dont_write_bytecode = False
 # 13.6-15.5. Set here, before pytest-xdist starts its workers, so that they and all they start inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# real training runs shared by the session (sft_run, grpo_run, dpo_run, agent_run, ...)
-pytest_plugins = ["tests.real_runs"]
+# real training runs shared by the session (sft_run, grpo_run, dpo_run, agent_run, ...), and a real pretrained model
+# (smollm2: SmolLM2-135M-Instruct imported from its GGUF file)
+pytest_plugins = ["tests.real_runs", "tests.real_model"]
 
 # pytest-xdist hands whole files to its workers in collection order (pyproject's --no-loadscope-reorder keeps ours;
 # xdist's default puts files with the most tests first, which left the 1-test training files for the end): the files
@@ -55,6 +56,8 @@ HEAVY_FIRST = (
     # issue 45: GRPO across two Ray nodes (compared with the GRPO run), SFT across two Slurm nodes (with sft-ws2)
     "tests/launchers/test_ray_cluster.py",
     "tests/launchers/test_slurm.py",
+    # issue 44: the session's import of SmolLM2-135M from its GGUF file (~40 s of CPU), then an eval of it
+    "tests/models/test_importer.py",
     # waiting, computing, waiting, ... (seconds on this machine: wall / CPU of the worker and what it started)
     "tests/runs/test_status.py",  # 36 / 23
     "tests/config/test_compose.py",  # 47 / 46

@@ -17,7 +17,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl.backends import backend_for
 from trainctl.backends.base import Backend, BuiltConfig, Command
-from trainctl.checks import data, distill, environment, files, lora, memory, ppo, reward, sft, tools, trl, types, values
+from trainctl.checks import (
+    data,
+    distill,
+    environment,
+    files,
+    learning_rate,
+    lora,
+    memory,
+    ppo,
+    reward,
+    sft,
+    tools,
+    trl,
+    types,
+    values,
+)
 from trainctl.checks.base import Number, Subject
 from trainctl.ckpt.lineage import OTHER_MODELS, Lineage, from_runs, others_from_runs
 from trainctl.config.compose import Composition
@@ -185,6 +200,7 @@ def make_plan(
     plan.problems += reward.checks(s)
     plan.problems += distill.checks(s)  # the teacher of algorithm=distill (issue 47)
     plan.problems += lora.checks(s)  # the lora group (issue 14)
+    plan.problems += learning_rate.checks(s)  # issue 44: a rate no pretrained model of its size survives
     plan.problems += tools.checks(s)  # issue 11
     if strict:
         plan.raise_for_errors()

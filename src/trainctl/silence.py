@@ -78,3 +78,38 @@ def show_debug_log() -> None:
         logger.addHandler(handler)
     handler.setStream(sys.stderr)  # this command's stderr (a test's capture, when run in-process)
     logger.setLevel(logging.DEBUG)
+
+
+# Warnings a real model brings on every load that ask nothing of the user: in trainctl's own process they go to the
+# debug log (TRAINCTL_DEBUG=1 shows them); a trainer's process, whose output is the run's log, keeps them there.
+# logger name -> the start of each message quieted (the records other messages make are left alone)
+KNOWN_NOISE = {
+    # verl's continuous-token builder, which trainctl's eval, chat and model serve build prompts with: every model
+    # type but the few verl registers a builder for (llama, SmolLM2's, is not one), once per prompt builder
+    "verl.utils.tokenizer.continuous_token_wiring": ("No model-specific",),
+    # transformers 5, on every load of a BPE tokenizer saved with clean_up_tokenization_spaces on (as transformers 4
+    # saved most): it never applies it to BPE, and says so
+    "transformers.tokenization_utils_tokenizers": ("Ignoring clean_up_tokenization_spaces",),
+}
+
+
+class _NoiseToDebug(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.starts):
+            logging.getLogger(DEBUG_LOGGER).debug("%s: %s", record.name, message)
+            return False
+        return True
+
+
+def quiet_known_noise() -> None:
+    """Send KNOWN_NOISE to the debug log in this process, from now on (once a process; the libraries need not be
+    imported yet: their module loggers are these)."""
+    for name, starts in KNOWN_NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoiseToDebug) for f in logger.filters):
+            logger.addFilter(_NoiseToDebug(starts))

@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     """
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
+    from trainctl.silence import quiet_known_noise
 
+    quiet_known_noise()  # a real model's warnings on every load: to the debug log (issue 44)
     if debug():
         from trainctl.silence import show_debug_log
 

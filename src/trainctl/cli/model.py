@@ -116,6 +116,44 @@ def pull(
 
 
 @app.command(
+    "import",
+    epilog="""\
+\b
+Examples:
+  trainctl model import SmolLM2-135M-Instruct.Q4_1.gguf --name smollm2-135m   where model=smollm2-135m reads it
+  trainctl model import ~/Downloads/my-model.gguf --name my-model            then: model.path=<paths.models>/my-model
+  trainctl model import ~/hf/some-model --name some-model                    a Hugging Face folder (.bin weights too)
+\b
+A GGUF file's weights are dequantized to float32 (training needs them unquantized); its tokenizer and chat template
+come from its metadata. Checked before it is kept: the saved model loads, gives the source's logits and answers a
+question. Nothing is left half-written: an import that fails leaves the target as it was.
+""",
+)
+def import_(
+    source: Annotated[Path, typer.Argument(help="a .gguf file or a Hugging Face model folder")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="the model's name: a model option, or a new folder's name")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="where to write it (default: the name's folder)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace what is there (once the import succeeded)")] = False,
+    config_dirs: ConfigDirs = None,
+) -> None:
+    """Import a model from a GGUF file (llama.cpp, Ollama) or a Hugging Face folder, as safetensors to train."""
+    from trainctl.models.importer import import_model
+
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_DISABLE", "1")  # the dequantization's bar (tqdm reads it when first imported)
+
+    m = import_model(source, name, out, force, search_path(config_dirs), status=_err)
+    how = f"GGUF: {m.quantization}, dequantized to {m.dtype}" if m.kind == "gguf" else f"a folder, {m.dtype}"
+    typer.echo(f"Imported {m.source.name} ({how}): {m.architecture}, {m.params / 1e6:.1f}M parameters, into {m.path}")
+    typer.echo(f"Checked in {m.seconds:.0f} s: it loads, matches the source, and answers {m.answer!r}")
+    for note in m.notes:
+        typer.echo(f"Note: {note}")
+    typer.echo(f"Train on it: trainctl train {f'model={m.name}' if m.option else f'model.path={m.path}'} ...")
+
+
+@app.command(
     "ls",
     epilog="""\
 \b

@@ -1,0 +1,369 @@
+"""`trainctl model import`: a model from a GGUF file (llama.cpp's and Ollama's format) or a Hugging Face folder, into
+the folder a model name points at, as safetensors a trainer reads.
+
+A GGUF file is read through transformers' GGUF support (the `gguf` package): its quantized tensors (Q4_1, Q8_0, ...)
+are dequantized to float32, and the tokenizer and chat template come from its metadata. A folder is loaded and saved
+again, so that its weights are safetensors whatever it held. Everything is written into a staging folder beside the
+target (`.NAME.importing-PID`), then checked: the saved model loads, gives the source's logits on a probe, tokenizes
+a probe as the source does, and generates an answer to a question greedily; only then is the folder renamed into
+place, so an import that fails or is interrupted leaves nothing half-written where training would read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainctl.models.catalog import ModelError, models_dir, read_manifest, write_manifest
+
+if TYPE_CHECKING:
+    from trainctl.config.search import SearchPath
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# what the check asks the imported model, greedily, in its own chat template
+QUESTION = "What is 2 + 3?"
+ANSWER_TOKENS = 24
+# a probe for the tokenizer: digits (split one by one by some pre-tokenizers), spaces, newlines, non-ASCII, markup
+PROBE = "What is 26 + 38?  Let's think step by step.\n#### 64 (héllo, wörld) <tag> ... 1234567"
+# the saved model and the source are the same numbers in the same dtype: their logits agree to rounding
+LOGITS_TOLERANCE = 1e-4
+
+
+@dataclass
+class Imported:
+    path: Path
+    name: str
+    source: Path
+    kind: str  # gguf or folder
+    architecture: str
+    params: int
+    dtype: str
+    quantization: str | None  # the GGUF's tensor types, e.g. "Q4_1 (210), F32 (61), Q8_0 (1)"
+    answer: str  # its greedy answer to QUESTION
+    seconds: float
+    option: bool  # the name is a model option (model=NAME reads the folder)
+    notes: list[str] = field(default_factory=list)
+
+
+def _say(status: Callable[[str], None] | None, text: str) -> None:
+    if status:
+        status(text)
+
+
+def target_for(name: str, out: Path | None, search: SearchPath | None) -> tuple[Path, bool]:
+    """Where an import named NAME goes: the model option's path when NAME is one, else <paths.models>/NAME."""
+    from trainctl.config.load import load_option
+
+    if out is not None:
+        return Path(out).expanduser().resolve(), False
+    option = load_option("model", name, search)
+    if option is not None:
+        return Path(option.path).expanduser().resolve(), True
+    return (models_dir(search) / name).resolve(), False
+
+
+def default_name(source: Path) -> str:
+    """SmolLM2-135M-Instruct.Q4_1.gguf -> smollm2-135m-instruct (the quantization suffix dropped)."""
+    stem = source.name if source.is_dir() else source.stem
+    stem = re.sub(r"[.-](I?Q[0-9][A-Za-z0-9_]*|F16|F32|BF16)$", "", stem, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "imported"
+
+
+def _gguf_metadata(path: Path) -> dict[str, Any]:
+    """The GGUF header's architecture, tensor types and special token ids (memory-mapped: nothing is loaded)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise ModelError(
+            f"reading {path.name} needs the gguf package, which is not installed.", hint="pip install gguf"
+        ) from None
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:
+        raise ModelError(f"{path} is not a GGUF file trainctl can read: {str(e).splitlines()[0][:200]}") from None
+
+    def value(key: str) -> Any:
+        f = reader.fields.get(key)
+        return None if f is None else f.contents()
+
+    counts: dict[str, int] = {}
+    for t in reader.tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return {
+        "architecture": value("general.architecture"),
+        "name": value("general.name"),
+        "types": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "tokens": {
+            role: value(f"tokenizer.ggml.{key}_token_id")
+            for role, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown"))
+        },
+        "context_length": value(f"{value('general.architecture')}.context_length"),
+    }
+
+
+def _check_gguf_architecture(path: Path, architecture: str | None) -> None:
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise ModelError(
+            f"{path.name} holds a {architecture!r} model, which transformers cannot load from GGUF.",
+            details=[f"transformers reads these GGUF architectures: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}"],
+            hint="import the model's Hugging Face folder instead: trainctl model import PATH/TO/FOLDER --name NAME",
+        )
+
+
+def _load_gguf(path: Path, meta: dict[str, Any]):
+    """The model (dequantized to float32) and its tokenizer, with the special tokens the GGUF header names."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    # transformers 5.10 reads bos and eos both as the bos token (SmolLM2's eos became <|im_start|>, so generation
+    # never stopped at <|im_end|>): take each special token from its id in the header
+    for role, token_id in meta["tokens"].items():
+        if token_id is not None and 0 <= int(token_id) < len(tokenizer):
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(token_id)))
+    if meta.get("context_length"):
+        tokenizer.model_max_length = int(meta["context_length"])
+    return model, tokenizer
+
+
+def _load_folder(path: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    except Exception as e:
+        raise ModelError(
+            f"{path} does not load as a causal language model: {str(e).splitlines()[0][:300]}",
+            hint="a folder with config.json, weights (safetensors or .bin) and a tokenizer",
+        ) from None
+    return model, tokenizer
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _answer(model, tokenizer) -> tuple[str, int, Any]:
+    """The model's greedy answer to QUESTION in its chat template (or plain, without one), how many tokens it
+    generated, and the prompt's ids."""
+    import torch
+
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": QUESTION}], add_generation_prompt=True, tokenize=False
+        )
+    else:
+        text = QUESTION
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=not tokenizer.chat_template)
+    with torch.no_grad():
+        out = model.generate(
+            **ids,
+            max_new_tokens=ANSWER_TOKENS,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        )
+    new = out[0, ids.input_ids.shape[1] :]
+    return tokenizer.decode(new, skip_special_tokens=True).strip(), len(new), ids.input_ids
+
+
+def verify(folder: Path, source_model, source_tokenizer) -> tuple[str, list[str]]:
+    """Load what was written as a trainer will (AutoModelForCausalLM, AutoTokenizer): (its greedy answer, problems).
+
+    The saved weights must give the source's logits on a probe, the saved tokenizer the source's ids, and generation
+    must run (what a random model answers may be nothing but its end-of-sequence token)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    problems = []
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
+    except Exception as e:
+        return "", [f"the written folder does not load: {str(e).splitlines()[0][:300]}"]
+    if tokenizer(PROBE).input_ids != source_tokenizer(PROBE).input_ids:
+        problems.append("the written tokenizer splits text differently from the source's")
+    if tokenizer.eos_token_id is None:
+        problems.append("the tokenizer names no end-of-sequence token: generation would never stop")
+    answer, generated, prompt = _answer(model, tokenizer)
+    with torch.no_grad():
+        got = model(prompt).logits.float()
+        want = source_model(prompt).logits.float()
+    gap = (got - want).abs().max().item()
+    if not gap <= LOGITS_TOLERANCE:
+        problems.append(f"the written weights' logits differ from the source's by up to {gap:.3g}")
+    if not generated:
+        problems.append(f"it generates no token for {QUESTION!r}")
+    return answer, problems
+
+
+def _check_space(folder: Path, need: int) -> None:
+    from trainctl.models.pull import human
+
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if need > free:
+        raise ModelError(
+            f"not enough disk space at {probe}: the imported model needs about {human(need)}, {human(free)} is free.",
+            hint="free some space, or import somewhere else: --out /path/with/room (and point model.path there)",
+        )
+
+
+def import_model(
+    source: Path,
+    name: str | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    search: SearchPath | None = None,
+    status: Callable[[str], None] | None = None,
+) -> Imported:
+    """Import a GGUF file or a Hugging Face folder as NAME; raises ModelError before writing anything when it cannot."""
+    started = time.monotonic()
+    source = Path(source).expanduser().resolve()
+    if source.is_dir():
+        kind = "folder"
+        if not (source / "config.json").is_file():
+            raise ModelError(
+                f"{source} has no config.json: it is not a Hugging Face model folder.",
+                hint="trainctl model import takes a .gguf file, or a folder of config.json, weights and a tokenizer",
+            )
+    elif source.is_file():
+        kind = "gguf"
+        with source.open("rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise ModelError(
+                    f"{source} is not a GGUF file (it does not start with GGUF's magic bytes).",
+                    hint="trainctl model import takes a .gguf file or a Hugging Face model folder",
+                )
+    else:
+        raise ModelError(f"{source} does not exist.", hint="trainctl model import FILE.gguf --name NAME")
+    name = name or default_name(source)
+    if not NAME.match(name):
+        raise ModelError(
+            f"--name {name!r}: a model name is letters, digits, '.', '_' and '-' (it names a folder).",
+            hint=f"--name {default_name(source)}",
+        )
+    target, option = target_for(name, out, search)
+    if target == source or source in target.parents:
+        raise ModelError(f"{source} would be imported into itself ({target}).", hint="--out SOMEWHERE_ELSE")
+    if target.exists() and not force:
+        what = "a model trainctl made" if read_manifest(target) else "a folder"
+        raise ModelError(
+            f"{target} already exists ({what}): not replacing it.",
+            hint=f"trainctl model import {source} --name {name} --force   (replaces it once the import has succeeded)",
+        )
+
+    meta: dict[str, Any] = {}
+    if kind == "gguf":
+        meta = _gguf_metadata(source)
+        _check_gguf_architecture(source, meta["architecture"])
+        # float32 weights: about 4 bytes a parameter against the file's ~0.6 (4-bit) to 2 (16-bit)
+        need = source.stat().st_size * 8
+    else:
+        need = sum(f.stat().st_size for f in source.rglob("*") if f.is_file()) * 2
+    _check_space(target.parent, need)
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the dequantization's bar per tensor, the shards' bar
+    _say(status, f"reading {source}" + (f" ({_types(meta['types'])})" if meta else ""))
+    model, tokenizer = _load_gguf(source, meta) if kind == "gguf" else _load_folder(source)
+    # transformers 5 warns on every load of a BPE tokenizer saved with it on, and never applies it to BPE
+    tokenizer.clean_up_tokenization_spaces = False
+    for loader_only in ("local_files_only", "is_local"):  # how this process loaded it, not what it is
+        tokenizer.init_kwargs.pop(loader_only, None)
+    model.eval()
+    architecture = (model.config.architectures or [type(model).__name__])[0]
+    params = sum(p.numel() for p in model.parameters())
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+
+    staging = target.parent / f".{target.name}.importing-{os.getpid()}"
+    old = target.parent / f".{target.name}.replaced-{os.getpid()}"
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _say(status, f"writing {architecture} ({params / 1e6:.1f}M parameters, {dtype}) as safetensors")
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        mode = 0o666 & ~_umask()
+        for f in staging.iterdir():
+            f.chmod(mode)  # safetensors writes its file 0600: readable by its owner only
+        _say(status, "checking that it loads and answers as the source does")
+        answer, problems = verify(staging, model, tokenizer)
+        if problems:
+            raise ModelError(f"the import of {source.name} did not check out; nothing was kept:", details=problems)
+        notes = []
+        if not tokenizer.chat_template:
+            notes.append(
+                "the tokenizer has no chat template: chat-format data (sft, dpo, rl prompts) cannot be rendered"
+            )
+        files = {str(f.relative_to(staging)): f.stat().st_size for f in sorted(staging.rglob("*")) if f.is_file()}
+        write_manifest(
+            staging,
+            {
+                "name": name,
+                "imported_from": str(source),
+                "source_kind": kind,
+                "source_sha256": _sha256(source) if kind == "gguf" else None,
+                "gguf_tensor_types": meta.get("types"),
+                "architecture": architecture,
+                "params": params,
+                "dtype": dtype,
+                "check": {"question": QUESTION, "answer": answer},
+                "files": files,
+                "complete": True,
+                "seconds": round(time.monotonic() - started, 1),
+            },
+        )
+        if target.exists():
+            os.rename(target, old)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if old.exists():
+                os.rename(old, target)  # the model that was there stays
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return Imported(
+        target,
+        name,
+        source,
+        kind,
+        architecture,
+        params,
+        dtype,
+        _types(meta["types"]) if meta else None,
+        answer,
+        time.monotonic() - started,
+        option,
+        notes,
+    )
+
+
+def _types(types: dict[str, int]) -> str:
+    """{"Q4_1": 210, "F32": 61} -> "210 Q4_1 and 61 F32 tensors"."""
+    parts = [f"{n} {t}" for t, n in types.items()]
+    return (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + " tensors"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
