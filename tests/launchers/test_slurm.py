@@ -108,6 +108,25 @@ def test_doctor_checks_the_partition_its_nodes_and_limits(cli, slurm, tiny_model
     )
 
 
+def test_a_job_slurm_has_forgotten_is_read_from_the_exit_code_it_wrote(slurm, tmp_path):
+    """After MinJobAge Slurm no longer knows an ended job (no accounting database here): a detached run's state is
+    the exit code its script wrote beside its log, and when that file's time says."""
+    from trainctl.launchers import get
+
+    launcher = get("slurm")
+    exit_file = tmp_path / "attempt-1.exit"
+    attempt = {"launcher": "slurm", "job_id": "987654", "exit_file": str(exit_file)}
+    assert launcher.status("submitted", attempt, {}).status == "unknown"
+    exit_file.write_text("0\n")
+    done = launcher.status("submitted", attempt, {})
+    assert (done.status, done.exit_code, done.ended) == ("done", 0, exit_file.stat().st_mtime)
+    exit_file.write_text("3\n")
+    assert (launcher.status("submitted", attempt, {}).status, launcher.status("submitted", attempt, {}).exit_code) == (
+        "failed",
+        3,
+    )
+
+
 def test_a_run_the_partition_cannot_host_is_refused_before_sbatch(cli, slurm, tiny_model, arith_data):
     cases = {
         "hardware.slurm.partition=gpu": "the Slurm cluster has no such partition (partitions: debug).",
