@@ -111,6 +111,10 @@ def test_checkpoint_actions_start_merge_and_eval_and_prune_shows_then_deletes(ap
     assert evaluate.status_code == 202, evaluate.text
     ACTIONS.update(merge=merge.json()["id"], eval=evaluate.json()["id"])
     assert api.post(f"/api/jobs/{sft}/checkpoints/merge", json={"step": 3}).status_code == 404  # no such step
+    # a run with no checkpoint yet: none at any step (404), nothing to prune (409); the request was fine
+    bare = run_uuid(copies / "live")
+    assert api.post(f"/api/jobs/{bare}/checkpoints/merge", json={"step": SFT_EVERY}).status_code == 404
+    assert api.post(f"/api/jobs/{bare}/checkpoints/prune", json={"keep_last": 1}).status_code == 409
 
     prune = copies / "sft-prune"
     copy_run(sft_run.path, prune, checkpoints=True)
@@ -313,6 +317,10 @@ def test_a_job_with_bad_fields_is_planned_with_its_problems_and_not_started(api)
     assert start.status_code == 409 and "nothing was started" in start.json()["error"]
     typo = api.post("/api/jobs", json={"learning_rat": 0.1})
     assert typo.status_code == 422 and "learning_rat" in typo.text
+    # numbers are JSON numbers, as /openapi.json says (pydantic alone read false as 0.0 and "2" as 2)
+    for wrong in ({"kl_coef": False}, {"num_epochs": "2"}, {"batch_size": True}):
+        r = api.post("/api/jobs", json=wrong)
+        assert r.status_code == 422 and "a JSON number is needed" in r.text, (wrong, r.text)
 
 
 @pytest.mark.slow  # a run of its own (half a minute in the suite); the API's reading and actions: the default suite

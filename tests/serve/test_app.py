@@ -33,11 +33,12 @@ SEED = 48
 NOT_TESTED = "/events$"
 
 
-def schemathesis(server, tmp_path: Path, *args: str, timeout: float = 600) -> str:
-    """`schemathesis run URL/openapi.json --checks all ARGS` (tests.serve.openapi_hooks loaded); its summary is
-    printed; fails unless it found nothing."""
+def schemathesis(server, tmp_path: Path, *args: str, config: str | None = None, timeout: float = 600) -> str:
+    """`schemathesis run URL/openapi.json --checks all ARGS` (tests.serve.openapi_hooks loaded, `config` a settings
+    file beside this one); its summary is printed; fails unless it found nothing."""
+    settings = ["--config-file", str(Path(__file__).parent / config)] if config else []
     argv = [
-        sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json", "--checks", "all",
+        sys.executable, "-m", "schemathesis.cli", *settings, "run", f"{server.url}/openapi.json", "--checks", "all",
         "--seed", str(SEED), "--exclude-path-regex", NOT_TESTED, "--no-color",
         # plans and starts on a busy 2-core machine take seconds; the limit is a hang guard, not a target
         "--request-timeout", "300", "--max-response-time", "300", *args,
@@ -146,6 +147,17 @@ def test_the_api_matches_its_document_with_actions_on_through_a_job_s_life(actin
     assert all(done.values()), done
     # one planner process made every plan (the first imported verl; the others reused it)
     assert len(_planners(acting)) == 1 and _planners(acting) == (before or _planners(acting))
+
+
+@pytest.mark.slow  # every operation with actions on (the merges, evals and resumes it starts: minutes)
+@pytest.mark.timeout(3600)
+def test_the_api_matches_its_document_with_actions_on(acting, runs, live, tmp_path):
+    try:
+        schemathesis(acting, tmp_path, "--max-examples", "10", config="schemathesis-actions.toml", timeout=3000)
+    finally:
+        for run in runs.iterdir():
+            if (run / "job.json").is_file():
+                stop_if_running(run)
 
 
 def _planners(server) -> list[int]:

@@ -137,6 +137,20 @@ def test_job_fields_that_do_not_apply_are_problems_naming_the_field():
     assert "algorithm rm (rm)" in problems[1]["message"]
 
 
+def test_string_fields_stay_strings_in_the_overrides(tmp_path):
+    """A name Hydra would read as a number (a valid run name), a path with a comma (a sweep to Hydra): quoted, so
+    that the job gets exactly them (run.name=0 was the int 0: "run.name must be a string")."""
+    from trainctl.config.search import SearchPath
+    from trainctl.serve.planner import _load
+
+    data = tmp_path / "a,b.parquet"
+    fields = {"name": "0", "train_data_path": str(data)}
+    words, _, problems = _words(fields, ["recipe=quickstart"], SearchPath.default())
+    assert problems == [] and words == ["run.name='0'", f"data.train_files='{data}'"]
+    cfg = _load(["recipe=quickstart", *words], SearchPath.default()).cfg
+    assert (cfg.run.name, cfg.data.train_files) == ("0", str(data))
+
+
 def test_a_run_as_model_path_trains_from_it(sft_run):
     from trainctl.config.search import SearchPath
 

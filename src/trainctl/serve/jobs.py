@@ -419,9 +419,12 @@ def _alive(pid: int | None, started: float) -> bool:
 
 
 def checkpoint_path(run: Path, step: int) -> Path:
-    from trainctl.ckpt.layout import list_checkpoints
+    from trainctl.ckpt.layout import CheckpointError, list_checkpoints
 
-    listing = list_checkpoints(run)
+    try:
+        listing = list_checkpoints(run)
+    except CheckpointError as e:  # none yet: no checkpoint at that step either
+        raise ActionError(f"{run.name} has no checkpoint at step {step}: {e.message}", 404, hint=e.hint) from None
     found = next((c for c in listing.checkpoints if c.step == step), None)
     if found is None:
         steps = [c.step for c in listing.checkpoints]
@@ -432,12 +435,16 @@ def checkpoint_path(run: Path, step: int) -> Path:
 
 
 def prune_plan(run: Path, keep_last: int, keep_best: str | None, mode: str | None):
-    from trainctl.ckpt.layout import CheckpointError
+    from trainctl.ckpt.layout import CheckpointError, list_checkpoints
     from trainctl.ckpt.select import plan_prune
 
     try:
+        list_checkpoints(run)
+    except CheckpointError as e:  # the run's state, not the request: nothing to prune yet
+        raise ActionError(e.message, 409, hint=e.hint, details=e.details) from None
+    try:
         return plan_prune(run, keep_last, keep_best, mode)
-    except CheckpointError as e:
+    except CheckpointError as e:  # what the request asks cannot be done (a metric the run does not log)
         raise ActionError(e.message, 422, hint=e.hint, details=e.details) from None
 
 

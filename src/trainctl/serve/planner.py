@@ -94,7 +94,7 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
         problems.append({"message": message, "key": field, "details": [], "hint": hint, "severity": "error"})
 
     if fields.get("name"):
-        words.append(f"run.name={fields['name']}")
+        words.append(f"run.name={_text(fields['name'])}")
     model = fields.get("model_path")
     if model:
         options = list(search.options("model"))
@@ -103,10 +103,10 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
             words.append(f"model={model}")
         elif folder.is_dir() and any((p / "run.json").is_file() for p in [folder, *folder.parents][:3]):
             # a run, or one of its checkpoints: trained from (merged once, recorded as the new run's lineage)
-            words.append(f"model={folder.resolve()}")
+            words.append(f"model={_text(str(folder.resolve()))}")
             notes.append(f"model_path {model} is a run's checkpoint: the new run starts from it (model=RUN)")
         elif folder.is_dir():
-            words.append(f"model.path={folder.resolve()}")
+            words.append(f"model.path={_text(str(folder.resolve()))}")
             notes.append(f"model_path {model} is a folder: model.path={folder.resolve()}")
         else:
             bad(
@@ -117,7 +117,7 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
     for field, key in (("train_data_path", "data.train_files"), ("eval_data_path", "data.val_files")):
         if fields.get(field):
             p = Path(fields[field]).expanduser()
-            words.append(f"{key}={p.resolve() if p.exists() else p}")
+            words.append(f"{key}={_text(str(p.resolve() if p.exists() else p))}")
     if fields.get("num_epochs") is not None:
         words.append(f"run.epochs={fields['num_epochs']}")
     if fields.get("context_length") is not None:
@@ -186,6 +186,19 @@ def field_words(fields: dict[str, Any], base: list[str], search) -> tuple[list[s
     return words, notes, problems
 
 
+def _text(value: str) -> str:
+    """A string as an override's value: quoted where Hydra would read something else (a number, a bool, null, a
+    sweep: the name "0", a path with a comma)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        if OverridesParser.create().parse_override(f"k={value}").value() == value:
+            return value
+    except Exception:  # not an override value as written: quoted, it is one
+        pass
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _trl_trainer(family: str):
     from trainctl.facts.trl import TRAINERS
 
@@ -237,7 +250,7 @@ def plan_job(request: dict) -> dict:
         run_dir = Path(loaded.cfg.run.dir).expanduser().resolve()
         if root and root not in run_dir.parents and not any(a.startswith("run.dir=") for a in args):
             # the run folder goes under the server's runs folder, as a user would ask for it
-            args.append(f"run.dir={root / loaded.cfg.run.name}")
+            args.append(f"run.dir={_text(str(root / loaded.cfg.run.name))}")
             run_dir = root / loaded.cfg.run.name
         out["args"], out["run_dir"] = args, str(run_dir)
         if problems:  # the fields first: the plan of a job they do not describe would mislead

@@ -10,7 +10,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainctl.serve import jobs
-from trainctl.serve.routes.common import ACTION, ACTION_ANSWERS, Fast, Srv, Uuid, answers, links
+from trainctl.serve.routes.common import ACTION, ACTION_ANSWERS, Body, Fast, Srv, Uuid, answers, links
 from trainctl.serve.views import checkpoints, trainctl_value
 
 router = APIRouter(tags=["checkpoints"])
@@ -18,22 +18,19 @@ router = APIRouter(tags=["checkpoints"])
 FOLLOW = links(202, "$response.body#/id", "action", param="aid")
 
 
-class MergeBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MergeBody(Body):
     step: int
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     part: Literal["actor", "critic"] | None = None
 
 
-class EvalBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class EvalBody(Body):
     step: int
     split: Literal["test", "train"] = "test"
     limit: int | None = Field(None, ge=1)
 
 
-class PruneBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PruneBody(Body):
     keep_last: int = Field(..., ge=1)
     keep_best: str | None = None
     mode: Literal["min", "max"] | None = None

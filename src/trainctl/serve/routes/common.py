@@ -1,21 +1,23 @@
 """What the routers share: the server's state (a route takes `server: Srv`), the JSON response, the error body every
-4xx answer carries, the answers routes document, and the lookups of a run or a job by uuid or name."""
+4xx answer carries, the answers routes document, and the lookup of a job (a run, or a job created and not started)
+by uuid or name."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import orjson
 from fastapi import Depends, Request
 from fastapi import Path as PathParam
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainctl.serve import jobs
 from trainctl.serve.security import Secrets
-from trainctl.serve.store import Entry, Located, RunStore
+from trainctl.serve.store import Located, RunStore
 
 
 @dataclass
@@ -38,16 +40,6 @@ class Server:
     secrets: Secrets
     actions: jobs.Actions
     registry: Any = None  # Prometheus' collector registry, made on the first scrape
-
-    def run_of(self, key: str) -> tuple[Path, Path]:
-        """(root, run folder) of a run by uuid or name; 404 otherwise."""
-        found = self.store.find(key)
-        if found is None:
-            raise jobs.ActionError(f"no run {key}.", 404, hint="GET /api/jobs lists them")
-        return found
-
-    def entry_of(self, key: str) -> Entry:
-        return self.store.entry(*self.run_of(key))
 
     def job_of(self, key: str) -> Located:
         """A run, or a job created and not started yet, by uuid or name; 404 otherwise."""
@@ -113,16 +105,35 @@ MEANINGS = {
     401: "a token is needed: Authorization: Bearer TOKEN, or the login page's cookie",
     403: "actions are off on this server (start it with --allow-actions), or a POST from another origin",
     404: "no run or job with this uuid or folder name (GET /api/jobs lists them), or no such step",
-    409: "the job is not in a state that allows this (started already, running, not running, busy)",
+    409: "the job's state does not allow this (started already, running, not running, planned with problems, "
+    "no checkpoints yet, a merge of it running)",
     413: "the file is too big to serve",
     415: "a POST must carry a JSON body (Content-Type: application/json)",
-    422: "the request does not match this document, or the job cannot be done as asked",
+    422: "the request does not match this document, or its values cannot be used for this job (an override its "
+    "config does not take, a metric it does not log)",
     500: "the planner failed",
 }
 
 
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": ApiError, "description": MEANINGS[c]} for c in codes}
+
+
+class Body(BaseModel):
+    """A request body: every field it takes declared, and its numbers JSON numbers as /openapi.json says (an integer
+    may be written 4.0), never a bool or a string (pydantic's lax mode reads `false` as 0.0 and "2" as 2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data):
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                numeric = {int, float} & {field.annotation, *get_args(field.annotation)}
+                if numeric and isinstance(data.get(name), bool | str):
+                    raise ValueError(f"{name}: a JSON number is needed, not {json.dumps(data[name])[:40]}")
+        return data
 
 
 # every route that changes something: off without --allow-actions (403), a JSON body (415)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainctl.serve import jobs
-from trainctl.serve.routes.common import ACTION, ACTION_ANSWERS, Fast, Srv, Uuid, answers, links
+from trainctl.serve.routes.common import ACTION, ACTION_ANSWERS, Body, Fast, Srv, Uuid, answers, links
 from trainctl.serve.views import attempt_of, detail, pending_row, run_config
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
@@ -23,11 +23,10 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 # -- request bodies ----------------------------------------------------------------------------------------------
 
 
-class JobSpec(BaseModel):
+class JobSpec(Body):
     """A job, in the fields training platforms use; each lands on trainctl's groups and keys (see
     trainctl.serve.planner), `recipe` first, `overrides` last."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, description="run.name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     description: str | None = Field(None, max_length=2000)
     model_path: str | None = Field(None, description="a model option (model=NAME) or a Hugging Face folder")
@@ -45,19 +44,15 @@ class JobSpec(BaseModel):
     overrides: list[str] = Field(default_factory=list, description='["key=value", ...]: anything else; they win')
 
 
-class Empty(BaseModel):
+class Empty(Body):
     """{}: every POST carries a JSON body, even one that says nothing more."""
 
-    model_config = ConfigDict(extra="forbid")
 
-
-class StopBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StopBody(Body):
     grace: float = Field(30.0, ge=0, le=600, description="seconds before SIGTERM becomes SIGKILL")
 
 
-class ResumeBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ResumeBody(Body):
     overrides: list[str] = Field(default_factory=list)
 
 
