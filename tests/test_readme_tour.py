@@ -104,7 +104,13 @@ def test_the_readme_has_a_tour():
 
 
 # which session run stands in for a training command's run folder, by the backend its dry run names
-STAND_INS = {"verl sft_trainer": "sft_run", "verl main_ppo": "grpo_run", "TRL": "dpo_run"}
+# (the first that fits: a reward model's run is the session's reward model, which `reward.model=runs/NAME` reads)
+STAND_INS = {
+    "verl sft_trainer": "sft_run",
+    "verl main_ppo": "grpo_run",
+    "TRL RewardTrainer": "rm_run",
+    "TRL": "dpo_run",
+}
 _FOLDER = re.compile(r"^Backend: (.+?); run folder: (\S+)$", re.M)
 
 

@@ -56,6 +56,13 @@ def test_groups_lists_every_option_with_a_description(cli):
         ("qwen2.5-72b", "72.7B"),
         ("2x8gpu", "two nodes"),
         ("quickstart", "Quickstart"),
+        # issue 47: the TRL methods beside DPO, reward models and on-policy distillation
+        ("kto", "Kahneman-Tversky Optimization"),
+        ("orpo", "Odds Ratio Preference Optimization"),
+        ("simpo", "Simple Preference Optimization"),
+        ("rm", "a reward model trained on chosen/rejected pairs"),
+        ("distill", "on-policy distillation"),
+        ("distill-arith-tiny-cpu", "On-policy distillation of the random tiny model"),
     ]:
         assert any(option in line and words in line for line in out.splitlines()), option
 

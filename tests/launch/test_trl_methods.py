@@ -72,18 +72,20 @@ def test_grpo_reads_its_reward_from_a_trained_reward_model(cli, ready, rm_run, s
 # -- learning (slow) ----------------------------------------------------------------------------------------------
 # Each recipe as shipped for 16 steps, held-out rows evaluated before training and at steps 8 and 16, seeds 0, 1
 # and 2 on this machine (the figures below; the margins are about half the smallest gain):
-#   rm     eval/accuracy 0.36-0.66 -> 1.0, eval/margin ~0 -> 2.9-3.4
+#   rm     eval/accuracy 0.22-0.67 -> 1.0 (where it starts is the new head's draw: the seed's), eval/margin -0.02-0.01
+#          -> 3.1-3.4; the accuracy must end well above chance (RM_ACCURACY) rather than rise by a fixed step
 #   kto    eval/rewards/margins 0 -> 0.686, eval/loss 0.5 -> 0.417 (every seed alike: KTOTrainer reads its rows in
 #          order, and nothing else in the run is random)
 #   orpo   eval/rewards/accuracies 0.625 -> 1.0, eval/rewards/margins 0.0125 -> 0.089-0.097 (beta 1, the recipe's)
 #   simpo  eval/rewards/accuracies 0.625 -> 1.0, eval/rewards/margins 0.025 -> 1.12-1.16
 LEARNING = {
-    "rm": {"eval/accuracy": 0.25, "eval/margin": 1.0},
+    "rm": {"eval/margin": 1.0},
     "kto": {"eval/rewards/margins": 0.3},
     "orpo": {"eval/rewards/accuracies": 0.2, "eval/rewards/margins": 0.04},
     "simpo": {"eval/rewards/accuracies": 0.2, "eval/rewards/margins": 0.5},
 }
 LEARNING_STEPS = 16
+RM_ACCURACY = 0.9
 
 
 @pytest.mark.slow
@@ -97,6 +99,9 @@ def test_each_trl_method_learns_on_held_out_rows(method, cli, ready, tmp_path):
     run = tmp_path / "work" / "runs" / method
     for metric, gain in LEARNING[method].items():
         assert_learned(run, metric, gain)
+    if method == "rm":
+        accuracy = [v for _, v in series(held_out(run), "eval/accuracy")]
+        assert accuracy[-1] >= RM_ACCURACY and accuracy[-1] > accuracy[0], accuracy
     assert "Held-out, before -> after:" in result.stdout
 
 

@@ -65,8 +65,11 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
     ),
     "ppo": (
         KeyMetric("reward", ("critic/score/mean",), False),
-        # the KL the algorithm controls: to the reference (a loss term or a reward penalty), else to the old policy
-        KeyMetric("KL", ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl"), True),
+        # the KL the algorithm controls: to the teacher (algorithm=distill: verl's per-token estimate), to the
+        # reference (a loss term or a reward penalty), else to the old policy
+        KeyMetric(
+            "KL", ("actor/distillation/abs_loss", "actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl"), True
+        ),
         KeyMetric("entropy", ("actor/entropy",)),
         KeyMetric("response len", ("response_length/mean",)),
         KeyMetric("policy loss", ("actor/pg_loss",)),
