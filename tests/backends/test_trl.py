@@ -114,3 +114,13 @@ def test_across_machines_ray_train_runs_the_entry_point_on_the_clusters_interpre
     command = plan.backend.command(plan.cfg, plan.built, config_dir="@PWD@")
     assert command.argv == ["python", "-m", ENTRY, "--ray", "--trainer", "dpo", "--config", "@PWD@/trl_dpo.yaml"]
     assert command.env == {"RAY_ADDRESS": "ray://10.0.0.1:10001"} and command.launcher == "ray_cluster"
+
+
+def test_the_schemas_families_are_verls_two_and_one_per_trl_trainer():
+    from typing import get_args
+
+    from trainctl.config.compose import FAMILY_NODE
+    from trainctl.config.schema import Family
+
+    assert set(get_args(Family)) == {"sft", "ppo", *TRAINERS} == set(FAMILY_NODE)
+    assert {FAMILY_NODE[f] for f in TRAINERS} == {"trl"}
