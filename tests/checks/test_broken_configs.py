@@ -425,6 +425,16 @@ CASES = [
         ],
     ),
     (
+        "sleep mode on vLLM's CPU build",
+        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=vllm", f"{R}.rollout.enable_sleep_mode=true"],
+        1,
+        [
+            f"Error: {R}.rollout.enable_sleep_mode = true: vLLM's CPU build has no sleep mode ('Sleep mode is not "
+            "supported on current platform', once its server has started).",
+            f"Hint: {R}.rollout.enable_sleep_mode=false",
+        ],
+    ),
+    (
         "remax on the v1 trainer",
         ["algorithm=remax", "trainer.use_v1=true"],
         1,

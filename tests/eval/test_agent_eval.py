@@ -99,3 +99,21 @@ def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_respo
     assert scores["eval/arith-tools/tool/calculator/calls"] > 0 and scores["eval/arith-tools/turns"] > 2
     picked = cli("ckpt", "best", str(run), "--metric", "eval/arith-tools/acc")
     assert picked.exit_code == 0 and f"global_step_{AGENT_STEPS}" in picked.stdout, picked.output
+
+
+@pytest.mark.slow  # a vLLM engine's start beside trainctl's sampler (~1 min of CPU)
+def test_greedy_agent_eval_on_vllm_answers_as_on_trainctls_sampler(cli, tiny_tools, tmp_path):
+    """hardware.rollout_engine=vllm: verl's tool agent loop on vLLM's async engine (vLLM's CPU build), the same
+    calculator; greedy answers and calls as with trainctl's sampler, but for a near tie now and then."""
+    assert cli("data", "prep", "arith-tools").exit_code == 0
+    args = ["tiny-tools", "data=arith-tools", "tools=calculator", *PARTIAL, "--limit", "8"]
+    results = {}
+    for engine in ("hf", "vllm"):
+        out = tmp_path / engine
+        result = cli("eval", *args, f"hardware.rollout_engine={engine}", "--out", str(out))
+        assert result.exit_code == 0, result.output[-3000:]
+        results[engine] = _lines(out / "samples" / "arith-tools" / "tiny-tools.jsonl")
+    pairs = list(zip(results["hf"], results["vllm"], strict=True))
+    differ = [(a["response"], b["response"]) for a, b in pairs if a["response"] != b["response"]]
+    assert len(differ) <= 2, differ
+    assert sum(len(b["tool_calls"]) for _, b in pairs) > 0, "the model called the calculator through vLLM's turns"

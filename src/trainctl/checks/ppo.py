@@ -84,6 +84,7 @@ def rollout_fit(s: Subject) -> list[Problem]:
     if device == "cpu" and name == "vllm":
         # verl's own vLLM rollout on vLLM's CPU build (trainctl.runtime.vllm_cpu)
         problems += vllm.cpu_problems(Path(s.cfg.model.path), s.cfg.model.arch, model=f"model={s.cfg.model.name}")
+        problems += vllm.cpu_rollout_problems(s.value)
     elif device == "cpu" and name in facts.VERL_ROLLOUTS:
         problems.append(
             Problem(

@@ -57,3 +57,24 @@ def cpu_problems(folder: Path | None, arch=None, *, model: str = "the model", ke
             )
         ]
     return []
+
+
+# rollout settings vLLM's CPU build refuses once its server is up (vllm/platforms/cpu.py), with the value that runs
+CPU_REFUSED = {
+    "enable_sleep_mode": (True, False, "vLLM's CPU build has no sleep mode ('Sleep mode is not supported on current "
+                          "platform', once its server has started)"),
+    "free_cache_engine": (True, False, "freeing the cache between steps puts vLLM's engine to sleep, which its CPU "
+                          "build cannot"),
+}  # fmt: skip
+
+
+def cpu_rollout_problems(value, prefix: str = "actor_rollout_ref.rollout") -> list[Problem]:
+    """The rollout's settings (`value` reads a backend key) that vLLM's CPU build refuses only after it started."""
+    problems = []
+    for name, (refused, works, why) in CPU_REFUSED.items():
+        key = f"{prefix}.{name}"
+        if value(key) is refused:
+            problems.append(
+                Problem(f"{key} = {str(refused).lower()}: {why}.", key=key, hint=f"{key}={str(works).lower()}")
+            )
+    return problems

@@ -264,4 +264,8 @@ class AgentServer:
         return TokenOutput(token_ids=tokens, log_probs=logps, stop_reason="completed")
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        # dropped here, while the interpreter is whole: AsyncLLM.__del__ shuts down again, and at exit it fails
+        # ("'NoneType' object is not callable") on modules already torn down
+        engine, self.engine = self.engine, None
+        engine.shutdown()
+        del engine

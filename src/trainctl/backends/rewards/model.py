@@ -53,9 +53,10 @@ class ModelSettings:
     gpu_memory_utilization: float = opt("the share of a GPU its server may take (vllm/sglang)", 0.5, gt=0, le=1)
 
 
-def on_servers(engine: str) -> bool:
-    """verl's reward-model servers score (a GPU engine); on trainctl's CPU rollout, trainctl's manager does."""
-    return engine not in TRAINCTL_ROLLOUTS
+def on_servers(hw) -> bool:
+    """verl's reward-model servers score (a GPU engine); on trainctl's CPU rollout, and on the CPU whatever samples
+    (vLLM's CPU build serves generation, not classifier heads), trainctl's manager does."""
+    return hw.rollout_engine not in TRAINCTL_ROLLOUTS and hw.device != "cpu"
 
 
 @register("model")
@@ -70,7 +71,7 @@ class RewardModel(RewardKind):
         s = self.settings(cfg.reward)
         engine = cfg.hardware.rollout_engine
         folder = str(named_model("reward.model", s.model, cfg.paths.models, search).folder) if s.model else None
-        if on_servers(engine):
+        if on_servers(cfg.hardware):
             rollout = {
                 "name": engine,
                 "tensor_model_parallel_size": s.tp,
@@ -96,7 +97,7 @@ class RewardModel(RewardKind):
         }
 
     def manager(self, cfg):
-        return None if on_servers(cfg.hardware.rollout_engine) else MANAGER
+        return None if on_servers(cfg.hardware) else MANAGER
 
     def checks(self, s: Subject) -> list[Problem]:
         settings = self.settings(s.cfg.reward)
@@ -106,7 +107,7 @@ class RewardModel(RewardKind):
         return problems
 
     def eval_problems(self, cfg):
-        if not on_servers(cfg.hardware.rollout_engine):
+        if not on_servers(cfg.hardware):
             return []
         # verl's reward-model path serves the model with vLLM/SGLang as a Ray service; eval scores in its process
         return [
@@ -123,7 +124,7 @@ class RewardModel(RewardKind):
         """DAPO's dynamic sampling reads each group's metric while sampling (verl's replay buffer)."""
         if not s.value("algorithm.filter_groups.enable"):
             return []
-        if on_servers(s.cfg.hardware.rollout_engine) and not s.value("reward.reward_model.enable_resource_pool"):
+        if on_servers(s.cfg.hardware) and not s.value("reward.reward_model.enable_resource_pool"):
             return [
                 Problem(
                     "algorithm.filter_groups needs each group's reward while sampling; verl scores with a colocated "
@@ -163,7 +164,7 @@ class RewardModel(RewardKind):
         hw = s.cfg.hardware
         if not params:
             return []
-        if on_servers(hw.rollout_engine):
+        if on_servers(hw):
             problems = []
             gpus = hw.nnodes * hw.gpus_per_node
             if r.tp > hw.gpus_per_node:
