@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainctl.errors import ConfigProblems
-from trainctl.launch.runner import failure_excerpt, full_command, launch_env, preflight
+from trainctl.launch.runner import failure_excerpt, full_command, launch, launch_env, preflight
 from trainctl.plan import make_plan
 
 
@@ -38,3 +38,11 @@ def test_preflight_refuses_gpus_this_machine_does_not_have(tiny_model, arith_dat
     with pytest.raises(ConfigProblems) as e:
         preflight(plan)
     assert "hardware=8gpu needs 8 GPUs on this machine; it has 0." in str(e.value)
+
+
+def test_a_launch_refused_before_it_starts_leaves_no_run_folder(tiny_model, arith_data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = make_plan(["recipe=quickstart", "hardware=8gpu", "hardware.attn_implementation=sdpa"], native=False)
+    with pytest.raises(ConfigProblems):
+        launch(plan, [])
+    assert not plan.run_dir.exists(), "the run folder made to hold the run's lock is removed with the refusal"

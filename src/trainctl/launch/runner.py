@@ -6,6 +6,7 @@ starts (preflight); the trainer's own failures come back with its exit code and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -274,9 +275,15 @@ def launch(
             notify(text)
 
     run = RunDir(plan.run_dir)
-    lock = run.lock()  # a second trainctl for the same run is refused here
+    new_folder = not run.path.exists()
+    lock = run.lock()  # a second trainctl for the same run is refused here (the folder is made to hold the lock)
     try:
         return _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt)
+    except BaseException:
+        if new_folder:  # refused before anything was written (the preflight): no empty run folder is left behind
+            with contextlib.suppress(OSError):
+                run.path.rmdir()  # only an empty one
+        raise
     finally:
         lock.release()  # also when refused or failed before the start: a process that goes on (serve) may run it next
 
