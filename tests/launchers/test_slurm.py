@@ -228,12 +228,14 @@ def test_a_detached_grpo_run_runs_stops_leaving_nothing_and_resumes(cli, slurm, 
     again = cli("train", "--resume", "runs/grpo-d")
     assert again.exit_code == 1 and f"grpo-d still runs as Slurm job {job_id} (running)." in again.stderr, again.output
     checkpoints = work / "runs" / "grpo-d" / "checkpoints"
-    _wait_for("a checkpoint", lambda: (checkpoints / "global_step_1").is_dir())
+    _wait_for("a checkpoint", lambda: (checkpoints / "global_step_1").is_dir() or " running " not in row())
+    assert (checkpoints / "global_step_1").is_dir(), cli("runs", "logs", "grpo-d").stdout[-3000:]
     mark = _status(work, "grpo-d")["attempts"][-1]["mark"]
     stopped = cli("runs", "stop", "grpo-d", "--grace", "20")
     assert stopped.exit_code == 0, stopped.output
-    assert f"stopped grpo-d (Slurm job {job_id}: CANCELLED)" in stopped.stdout
-    assert [j for j in slurm.jobs() if j.split()[0] == job_id] in ([], [f"{job_id} CANCELLED"])
+    assert f"stopped grpo-d (Slurm job {job_id})\n" in stopped.stdout, "no leftovers, the job ended"
+    # its steps stopped on SIGTERM, so its script exited non-zero: Slurm says FAILED (CANCELLED after scancel's KILL)
+    assert [j for j in slurm.jobs() if j.split()[0] == job_id] in ([], [f"{job_id} FAILED"], [f"{job_id} CANCELLED"])
     assert marked(mark) == [], "no process of the job is left"
     assert " interrupted " in row()
     last = int((checkpoints / "latest_checkpointed_iteration.txt").read_text())
@@ -260,11 +262,13 @@ def test_runs_stop_reaches_the_trainctl_that_follows_the_job(cli, slurm, tiny_mo
     argv = [sys.executable, "-m", "trainctl", "train", "recipe=quickstart", *SLURM, "run.name=fg"]
     follower = subprocess.Popen(argv, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for("a step", lambda: (work / "runs" / "fg" / "metrics" / "attempt-1.jsonl").is_file())
+        metrics = work / "runs" / "fg" / "metrics" / "attempt-1.jsonl"
+        _wait_for("a step", lambda: metrics.is_file() or follower.poll() is not None)
+        assert follower.poll() is None, follower.stderr.read()
         attempt = _status(work, "fg")["attempts"][-1]
         stopped = cli("runs", "stop", "fg", "--grace", "10")
         assert stopped.exit_code == 0, stopped.output
-        assert f"stopped fg (Slurm job {attempt['job_id']}: CANCELLED)" in stopped.stdout
+        assert f"stopped fg (Slurm job {attempt['job_id']})" in stopped.stdout
         assert follower.wait(timeout=120) == 130
     finally:
         if follower.poll() is None:
@@ -272,10 +276,7 @@ def test_runs_stop_reaches_the_trainctl_that_follows_the_job(cli, slurm, tiny_mo
             follower.wait()
     assert "interrupted (stopped by trainctl runs stop)" in follower.stderr.read()
     ended = _status(work, "fg")["attempts"][-1]
-    assert (ended["state"], ended["reason"], ended["job_state"]) == (
-        "interrupted",
-        "stopped by trainctl runs stop",
-        "CANCELLED",
-    )
+    assert (ended["state"], ended["reason"]) == ("interrupted", "stopped by trainctl runs stop")
+    assert ended["job_state"] in ("FAILED", "CANCELLED")
     assert marked(attempt["mark"]) == []
     assert [j for j in slurm.jobs() if j.endswith("RUNNING")] == []

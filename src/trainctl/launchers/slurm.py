@@ -13,8 +13,9 @@ reads it: the live view, `runs logs`) and its exit code beside it (logs/attempt-
 
 `train` follows the job to its end (Ctrl-C cancels it); --detach returns once sbatch has answered. Where a job stands
 is Slurm's answer: one `scontrol show job` for every job it knows (running, queued, or ended lately; no accounting
-database needed), then the exit-code file once Slurm has forgotten the job. `runs stop` cancels it: SIGINT to every
-step, as Ctrl-C would, then after the grace `scancel` (SIGTERM, then SIGKILL after the cluster's KillWait). Every
+database needed), then the exit-code file once Slurm has forgotten the job. `runs stop` cancels it: SIGTERM to every
+step (the trainer stops, `ray start` stops its own daemons), then after the grace `scancel` (SIGTERM, then SIGKILL
+after the cluster's KillWait), and what the job left on this machine is stopped. Every
 Slurm command goes through slurm().
 """
 
@@ -350,10 +351,10 @@ class Slurm(Launcher):
             while time.monotonic() < deadline and pid_alive(live["pid"], live.get("pid_started")):
                 time.sleep(0.25)
             if not pid_alive(live["pid"], live.get("pid_started")):
-                ended = run.status()["attempts"][-1]
-                return f"stopped {run.path.name} (Slurm job {job_id}: {ended.get('job_state') or ended.get('state')})"
-        found = cancel(job_id, grace)
-        left = _sweep(attempt)
+                return f"stopped {run.path.name} (Slurm job {job_id})"
+        swept: list[int] = []
+        found = cancel(job_id, grace, lambda: swept.append(_sweep(attempt)))
+        left = sum(swept) + _sweep(attempt)
         if run.status().get("state") in ("running", "submitted"):
             run.finish_attempt(
                 "interrupted",
@@ -363,7 +364,9 @@ class Slurm(Launcher):
                 seconds=_since(attempt.get("started")),
             )
         extra = f"; {left} leftover processes here stopped" if left else ""
-        return f"stopped {run.path.name} (Slurm job {job_id}: {found.state if found else 'ended'}){extra}"
+        if found is not None and not found.ended:
+            extra += f"; Slurm still says {found.state}"
+        return f"stopped {run.path.name} (Slurm job {job_id}){extra}"
 
 
 def check_cluster(hw) -> tuple[str, list[Problem]]:
@@ -494,7 +497,7 @@ def _follow(job_id: str, run: Any, attempt: dict, job_: Job, signals: list[int])
                     break
         time.sleep(0.25)
     if signals:
-        found = cancel(job_id, _requested_grace(run) or CTRL_C_GRACE)
+        found = cancel(job_id, _requested_grace(run) or CTRL_C_GRACE, lambda: _sweep(attempt))
     time.sleep(1.0)  # the last lines slurmstepd writes
     _echo(log, offset, job_.echo)
     return found

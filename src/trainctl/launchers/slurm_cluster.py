@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ INSTALL_HINT = (
 )
 # how long answers about jobs are shared (one query for every run listed)
 POLL_SECONDS = 2.0
+# how long a cancelled job may take to end its processes beyond the cluster's KillWait
+KILL_MARGIN = 15.0
 
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
@@ -168,20 +171,36 @@ def job(job_id: str, fresh: bool = False) -> JobState | None:
     return jobs(fresh).get(str(job_id))
 
 
-def cancel(job_id: str, grace: float) -> JobState | None:
-    """As Ctrl-C on every step (SIGINT, the batch shell's included); after `grace` seconds `scancel` (SIGTERM, then
-    SIGKILL after the cluster's KillWait). Returns once the job has left its nodes (or after a minute more)."""
+def cancel(job_id: str, grace: float, leftovers: Callable[[], Any] | None = None) -> JobState | None:
+    """SIGTERM to every step, the batch shell's included (the trainer stops, `ray start --block` stops the Ray daemons
+    it started); after `grace` seconds `scancel` (SIGTERM, then
+    SIGKILL after the cluster's KillWait). A job whose processes outlive that stays COMPLETING: after KillWait and
+    KILL_MARGIN seconds `leftovers()` stops what this machine can (Ray's daemons escape a step's process group where
+    Slurm tracks processes by group). Returns once the job has left its nodes (or after a minute more)."""
     found = job(job_id, fresh=True)
     if found is None or found.ended:
         return found
     with contextlib.suppress(TrainctlError):  # it may end meanwhile
-        slurm("scancel", "--signal=INT", "--full", str(job_id))
+        slurm("scancel", "--signal=TERM", "--full", str(job_id))
     found = _wait_ended(job_id, grace)
     if found is not None and not found.ended:
         with contextlib.suppress(TrainctlError):
             slurm("scancel", str(job_id))
+        found = _wait_ended(job_id, kill_wait() + KILL_MARGIN)
+    if found is not None and not found.ended and leftovers is not None:
+        leftovers()
         found = _wait_ended(job_id, 60)
     return found
+
+
+def kill_wait() -> float:
+    """The cluster's KillWait: seconds between a job's SIGTERM and its SIGKILL (30 when it does not say)."""
+    with contextlib.suppress(TrainctlError, ValueError):
+        for line in slurm("scontrol", "show", "config").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "KillWait":
+                return float(value.split()[0])
+    return 30.0
 
 
 def _wait_ended(job_id: str, seconds: float) -> JobState | None:
