@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ def start_detached(train_args: list[str], run_dir: Path, env: dict[str, str] | N
             env={**(env if env is not None else os.environ), "TRAINCTL_DETACHED": "1"},
             start_new_session=True,  # no terminal: a closed one sends it nothing
         )
+    # reaped when it ends, whenever that is: a long-lived caller (trainctl serve) kept each ended one as a zombie
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
     deadline = time.monotonic() + START_WAIT_SECONDS
     while time.monotonic() < deadline:
         code = proc.poll()
