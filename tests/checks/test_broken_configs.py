@@ -421,7 +421,8 @@ CASES = [
         1,
         [
             f"Error: {R}.rollout.name = sglang needs a GPU, but trainer.device = cpu.",
-            "Hint: hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU), or vllm (vLLM's CPU build)",
+            "Hint: hardware.rollout_engine=hf (trainctl's transformers rollout runs on CPU), "
+            "or vllm (vLLM's CPU build)",
         ],
     ),
     (

@@ -80,7 +80,7 @@ MISTAKES = [
         "trainctl choice with a near miss",
         ["hardware.launcher=ray_jobs"],
         [
-            "Error: hardware.launcher = 'ray_jobs' is not one of: local, ray_cluster, ray_job.",
+            "Error: hardware.launcher = 'ray_jobs' is not one of: local, ray_cluster, ray_job, slurm.",
             "Hint: hardware.launcher=ray_job",
         ],
     ),

@@ -106,8 +106,9 @@ def test_help_is_instant_and_imports_nothing_heavy():
 
 
 def test_a_reward_model_served_by_verl_cannot_score_here(cli, tiny_model, arith_data):
-    """The reward kind says so before anything loads: eval scores in its own process."""
-    result = cli("eval", "tiny", "data=arith", "reward=model", "reward.model=tiny-rm", "hardware.rollout_engine=vllm")
+    """The reward kind says so before anything loads: eval scores in its own process (on a GPU, verl's servers
+    would; on the CPU trainctl's manager scores whatever samples)."""
+    result = cli("eval", "tiny", "data=arith", "reward=model", "reward.model=tiny-rm", "hardware=1gpu")
     assert result.exit_code == 1
     assert "eval scores in this process; reward=model on vllm/sglang is served by verl's reward-model servers." in (
         result.stderr

@@ -106,11 +106,11 @@ def test_each_trl_method_learns_on_held_out_rows(method, cli, ready, tmp_path):
 
 
 # GRPO scored by a reward model trained for 32 steps of the RM recipe (held-out pair accuracy 1.0): the GRPO recipe
-# with reward=model reward.model=runs/rm, 12 steps. The reward model's mean score of steps 1-3 -> 10-12, seed 0:
-# -2.37 -> -2.14 (its scores run from about -3.5 for noise to +3 for a right `#### N` answer; GRPO's own arith reward
-# rises from 0.04 to 0.2-0.26 in the same steps). The margin is about half that gain.
+# with reward=model reward.model=runs/rm, 12 steps. The reward model's mean score of steps 1-3 -> 10-12, seeds 0, 1
+# and 2: -2.37 -> -2.14, -2.34 -> -2.16, -2.31 -> -2.13 (gains 0.18-0.23; its scores run from about -3.5 for noise
+# to +3 for a right `#### N` answer). The margin is under half the smallest gain.
 RM_FOR_GRPO_STEPS = 32
-GRPO_RM_GAIN = 0.1
+GRPO_RM_GAIN = 0.08
 
 
 @pytest.mark.slow

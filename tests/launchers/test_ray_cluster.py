@@ -59,17 +59,17 @@ def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
 # its setup may wait for the session's run it compares with (made by another worker): the suite's 600 s is too short
 @pytest.mark.timeout(1800)
 def test_grpo_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, tmp_path, grpo_run):
-    """The default suite's two-node run: GRPO with hardware.nnodes=2 on the two-node cluster, one rank on each node
-    (as the ranks say in the log); its first step, sampled from the same model and prompts as the session's one-node
-    GRPO run's, scores the same within sampling noise."""
+    """The default suite's two-node run: one GRPO step with hardware.nnodes=2 on the two-node cluster, one rank on
+    each node (as the ranks say in the log); the step, sampled from the same model and prompts as the session's
+    one-node GRPO run's first, scores the same within sampling noise."""
     work = tmp_path / "work"
-    result = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2", "run.name=grpo2")
+    result = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2", "run.max_steps=1", "run.name=grpo2")
     assert result.exit_code == 0, result.output[-3000:]
     run = work / "runs" / "grpo2"
     assert json.loads((run / "run.json").read_text())["state"] == "finished"
     placed = ranks(run / "logs" / "attempt-1.log")
     assert sorted(placed) == [0, 1] and sorted(placed.values()) == ray_two_nodes.node_ids, placed
-    assert {p.name for p in (run / "checkpoints" / "global_step_2" / "actor").glob("model_world_size_*")} == {
+    assert {p.name for p in (run / "checkpoints" / "global_step_1" / "actor").glob("model_world_size_*")} == {
         "model_world_size_2_rank_0.pt",
         "model_world_size_2_rank_1.pt",
     }

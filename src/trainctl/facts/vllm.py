@@ -24,13 +24,17 @@ def cpu_env() -> dict[str, str]:
     return {name: os.environ.get(name, default) for name, default in CPU_ENV_DEFAULTS.items()}
 
 
+# vLLM's caches under trainctl's cache folder (its compile cache, the model-inspection cache it writes on a start)
+CACHE_FOLDER = "vllm"
+
+
 def home_env(cache: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """Where vLLM writes (vllm/envs.py), moved under trainctl's cache folder `cache` unless the user chose a place:
     its compile and model caches (~/.cache/vllm) and its config root (~/.config/vllm, where its usage report would be
     appended); and no usage report sent. On GPUs as on the CPU."""
     env = os.environ if env is None else env
     out = {"VLLM_NO_USAGE_STATS": "1"}
-    for name, folder in (("VLLM_CACHE_ROOT", "vllm"), ("VLLM_CONFIG_ROOT", "vllm-config")):
+    for name, folder in (("VLLM_CACHE_ROOT", CACHE_FOLDER), ("VLLM_CONFIG_ROOT", "vllm-config")):
         if not env.get(name):
             out[name] = str(cache / folder)
     return out
