@@ -46,6 +46,8 @@ HEAVY_FIRST = (
     "tests/launch/test_agent_grpo.py",
     "tests/launch/test_faults.py",  # (slow suite) the longest test there: a GRPO run in four attempts
     "tests/eval/test_eval.py",  # the GRPO run: the other worker's first
+    # issue 43: the GRPO and agent recipes on vLLM's CPU build (2-3 minutes each; the agent's reads tiny-tools)
+    "tests/launch/test_vllm_rollout.py",
     "tests/launch/test_reward.py",  # (slow suite) the reward-model and judge runs
     "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
     "tests/launch/test_ray_jobs.py",
@@ -56,6 +58,8 @@ HEAVY_FIRST = (
     # issue 45: GRPO across two Ray nodes (compared with the GRPO run), SFT across two Slurm nodes (with sft-ws2)
     "tests/launchers/test_ray_cluster.py",
     "tests/launchers/test_slurm.py",
+    # issue 43: eval, model serve and chat on vLLM's CPU build (the SFT run's)
+    "tests/inference/test_vllm_engine.py",
     # issue 44: the session's import of SmolLM2-135M from its GGUF file (~40 s of CPU), then an eval of it
     "tests/models/test_importer.py",
     # waiting, computing, waiting, ... (seconds on this machine: wall / CPU of the worker and what it started)

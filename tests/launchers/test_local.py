@@ -177,7 +177,9 @@ def test_the_trainers_own_ray_gets_a_token_of_its_own_and_a_users_cluster_keeps_
     assert own["RAY_AUTH_TOKEN"] != again["RAY_AUTH_TOKEN"], "a token per run"
     assert own["HF_DATASETS_CACHE"] == str(tmp_path / "cache" / "hf-datasets")
     assert own["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "vllm") and own["VLLM_NO_USAGE_STATS"] == "1"
+    assert own["WANDB_CACHE_DIR"] == str(tmp_path / "cache" / "wandb")
     user = {"RAY_AUTH_MODE": "token", "HF_HOME": "/data/hf", "VLLM_CACHE_ROOT": "/data/vllm", "VLLM_CONFIG_ROOT": "/c"}
+    user["WANDB_CACHE_DIR"] = "/data/wandb"
     joined = trainer_env_at_start(user, own_ray=False)
     assert joined == {"VLLM_NO_USAGE_STATS": "1"}, (
         "a cluster the trainer joins, and caches the user chose, are the user's"

@@ -15,8 +15,19 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 # The CPU build's settings through the environment (vllm/envs.py), as trainctl starts it unless the user set them:
 # the KV cache in GiB of host memory (vLLM's default, 4, is sized for a server of its own, not for a small model beside
-# a trainer), and OpenMP threads left where the OS puts them (vLLM's default binds them to cores it takes for its own)
-CPU_ENV_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# a trainer), OpenMP threads left where the OS puts them (vLLM's default binds them to cores it takes for its own), and
+# the engine in the process that asks for it: each process vLLM spawns imports torch and vLLM again (8-9 s on this
+# machine), and the CPU build turns its one-process executor ("uni", CPU_ENGINE_ARGS) into one more process unless
+# this is 0. An offline engine (eval, chat) starts in 8 s instead of 23; a server (the rollout's, model serve's) keeps
+# its engine process, without the worker process beside it
+CPU_ENV_DEFAULTS = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+# engine arguments the CPU build gets from trainctl (the rollout's through conf/mapping/verl_ppo.yaml): eager fp32,
+# the model run in the engine's own process
+CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"}
 
 
 def cpu_env() -> dict[str, str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainctl.errors import TrainctlError
-from trainctl.facts.vllm import cpu_env, home_env
+from trainctl.facts.vllm import CPU_ENGINE_ARGS, cpu_env, home_env
 from trainctl.inference.model import Served
 
 # verl's tool-call parser names (multi_turn.format) -> vLLM's --tool-call-parser names, where vLLM has the same format
@@ -58,7 +58,7 @@ def engine_args(device: str, value: Callable[[str], Any]) -> dict[str, Any]:
     """vLLM's engine settings for a run's config (`value` reads its backend keys): its rollout's on GPUs, the CPU
     build's on the CPU. The same for the server and the offline engine (`trainctl eval`)."""
     if device == "cpu":
-        return {"dtype": "float32", "enforce_eager": True}
+        return dict(CPU_ENGINE_ARGS)
     return {
         "tensor_parallel_size": int(value("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1),
         "gpu_memory_utilization": float(value("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.9),
