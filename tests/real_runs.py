@@ -23,7 +23,7 @@ import pytest
 
 from tests.shared import once
 from trainctl.facts.vllm import CACHE_FOLDER as VLLM_CACHE
-from trainctl.launchers.local import DATASETS_CACHE
+from trainctl.launchers.local import DATASETS_CACHE, WANDB_CACHE
 
 REWARD = Path(__file__).parent / "launch" / "partial_reward.py"
 # 128 rows / batch 32 = 4 steps per epoch; one micro-batch of 8 per step
@@ -158,9 +158,10 @@ def train(
         written = sorted(
             str(f.relative_to(cache))
             for f, stamp in _files(cache).items()
-            # the trainer's own: the datasets library's Arrow copies of the data (trainctl.launchers.local), what
-            # vLLM caches when its engine starts (trainctl.facts.vllm)
-            if before.get(f) != stamp and not {DATASETS_CACHE, VLLM_CACHE} & set(f.relative_to(cache).parts)
+            # the trainer's own: the datasets library's Arrow copies of the data and wandb's logs
+            # (trainctl.launchers.local), what vLLM caches when its engine starts (trainctl.facts.vllm)
+            if before.get(f) != stamp
+            and not {DATASETS_CACHE, WANDB_CACHE, VLLM_CACHE} & set(f.relative_to(cache).parts)
         )
         assert any(f.parent.name == "validated" for f in before), f"the dry run of {name} left no verdict"
         assert not written, f"the launch of {name} cached what its dry run had not: {written}"

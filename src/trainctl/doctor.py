@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,8 +44,18 @@ def cluster_nodes(address: str) -> list[dict]:
     from trainctl.launchers import ray_jobs
 
     options = ListApiOptions(filters=[("state", "=", "ALIVE")])
-    nodes = ray_jobs.state_client(address).list(StateResource.NODES, options=options, raise_on_missing_output=False)
-    return [{"ip": n.node_ip, "resources": dict(n.resources_total or {})} for n in nodes]
+    client = ray_jobs.state_client(address)
+    # a cluster that answers has a head node at least: none alive is the dashboard not yet (or too busy to be) caught
+    # up with the GCS's node table (seen under load, on a cluster started seconds before), so it is asked again
+    deadline = time.monotonic() + NODES_PATIENCE_S
+    while True:
+        nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=False)
+        if nodes or time.monotonic() > deadline:
+            return [{"ip": n.node_ip, "resources": dict(n.resources_total or {})} for n in nodes]
+        time.sleep(1)
+
+
+NODES_PATIENCE_S = 15
 
 
 def _trl_has_ppo() -> bool:

@@ -3,6 +3,7 @@ with trainctl's CPU rollout, and the rollout samples from the policy the trainer
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from tests.launch.test_learning import GRPO_REWARD_GAIN
@@ -32,6 +33,9 @@ def test_the_rollout_samples_from_the_policy_the_trainer_holds_at_every_step(grp
     assert "rollout gap" in grpo_vllm_run.output
 
 
+# slow: a second vLLM training run costs the default suite ~3 minutes on 2 cores, most of it verl's and vLLM's start;
+# the default suite drives verl's tool loop on vLLM through agent eval (tests/eval/test_agent_eval.py)
+@pytest.mark.slow
 def test_the_agent_recipe_calls_its_tools_through_vllms_turns(agent_vllm_run):
     metrics = read_metrics(agent_vllm_run.path)
     assert sorted(metrics) == list(range(1, AGENT_VLLM_STEPS + 1))

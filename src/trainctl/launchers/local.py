@@ -26,6 +26,7 @@ from trainctl.launchers.base import STOP_GRACE_SECONDS, Ended, Job, Launcher, St
 
 # the datasets library's cache (verl's and TRL's datasets), under trainctl's cache folder
 DATASETS_CACHE = "hf-datasets"
+WANDB_CACHE = "wandb"
 # a heartbeat older than this (from another machine, where the PID cannot be checked) means the run is lost
 STALE_SECONDS = 30.0
 
@@ -54,7 +55,7 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
         out["HF_DATASETS_CACHE"] = str(cache_dir() / DATASETS_CACHE)
     out.update(vllm_home_env(cache_dir(), env))  # a vLLM rollout's caches and config (trainctl.facts.vllm)
     if not env.get("WANDB_CACHE_DIR"):  # wandb-core's debug logs (offline too) and its artifact cache
-        out["WANDB_CACHE_DIR"] = str(cache_dir() / "wandb")
+        out["WANDB_CACHE_DIR"] = str(cache_dir() / WANDB_CACHE)
     return out
 
 
