@@ -113,7 +113,15 @@ def _prompts(folder: Path, arith_test: Path, n: int) -> list[list[int]]:
 
     tok = AutoTokenizer.from_pretrained(folder)
     rows = pq.read_table(arith_test).to_pylist()[:n]
-    return [list(tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True)) for r in rows]
+    # transformers 5 returns a BatchEncoding from a tokenizing apply_chat_template: the ids are its input_ids
+    return [
+        list(
+            tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        for r in rows
+    ]
 
 
 def _generate(engine: str, folder: Path, prompts_file: Path) -> dict:
