@@ -436,6 +436,17 @@ CASES = [
         ],
     ),
     (
+        "LoRA on vLLM's CPU build",
+        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=vllm", "lora=r8"],
+        1,
+        [
+            "Error: actor_rollout_ref.model.lora_rank = 8: verl 0.9.1 loads LoRA adapters into vLLM through "
+            "WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its engine dies at "
+            "the first weight sync.",
+            "Hint: hardware.rollout_engine=hf (trainctl's CPU rollout takes LoRA adapters), or lora=none",
+        ],
+    ),
+    (
         "remax on the v1 trainer",
         ["algorithm=remax", "trainer.use_v1=true"],
         1,

@@ -71,6 +71,19 @@ CPU_REFUSED = {
 def cpu_rollout_problems(value, prefix: str = "actor_rollout_ref.rollout") -> list[Problem]:
     """The rollout's settings (`value` reads a backend key) that vLLM's CPU build refuses only after it started."""
     problems = []
+    lora = "actor_rollout_ref.model.lora_rank"
+    if (value(lora) or 0) > 0:
+        # measured: the engine died at the first weight sync ('WeightsMapper' object has no attribute
+        # 'get_unstacked_mapper', verl/utils/vllm/utils.py) and the trainer waited on it until it was stopped
+        problems.append(
+            Problem(
+                f"{lora} = {value(lora)}: verl 0.9.1 loads LoRA adapters into vLLM through "
+                "WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its engine dies at "
+                "the first weight sync.",
+                key=lora,
+                hint="hardware.rollout_engine=hf (trainctl's CPU rollout takes LoRA adapters), or lora=none",
+            )
+        )
     for name, (refused, works, why) in CPU_REFUSED.items():
         key = f"{prefix}.{name}"
         if value(key) is refused:
