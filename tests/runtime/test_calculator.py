@@ -68,6 +68,9 @@ def test_over_stdio_it_answers_a_burst_of_calls_without_worker_threads():
 
     spec = ServerSpec(name="calculator", transport="stdio", command=sys.executable, args=(calculator.__file__,))
 
+    # calculators this worker's earlier tests left running (their own to stop) are not this test's server
+    before = {p.pid for p in processes_with(psutil.Process().children(), calculator.__file__)}
+
     async def burst():
         conn = Connection(spec)
         await conn.open(60)
@@ -76,7 +79,9 @@ def test_over_stdio_it_answers_a_burst_of_calls_without_worker_threads():
                 *(conn.call("calculator", {"expression": f"{i} * 3 + 4"}, 30) for i in range(48)),
                 conn.call("calculator", {"expression": "1 / 0"}, 30),
             )
-            (server,) = processes_with(psutil.Process().children(), calculator.__file__)
+            (server,) = [
+                p for p in processes_with(psutil.Process().children(), calculator.__file__) if p.pid not in before
+            ]
             return [result_text(r) for r in results], server.num_threads()
         finally:
             await conn.close()
