@@ -64,6 +64,7 @@ def test_the_ppo_familys_script_starts_ray_on_every_node_before_the_trainer(tmp_
         "module load cuda",
         "export A=1",
         'export RAY_ADDRESS="$head_ip:$ray_port"',
+        "export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0",
         'srun --overlap --nodes=1 --ntasks=1 -w "$head" /venv/bin/python -m verl.trainer.main_ppo x=1',
     ):
         assert line in text.splitlines(), line

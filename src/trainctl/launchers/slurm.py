@@ -169,6 +169,9 @@ def script(job: Job, hw: dict, log: Path, exit_path: Path, args: list[str]) -> s
         lines += [
             f"ray_port={port}",
             'export RAY_ADDRESS="$head_ip:$ray_port"',
+            "# `ray start --block` stops its daemons on SIGTERM at once: by default it first drains the node for 30 s",
+            "# (for Ray Serve), past `runs stop`'s grace, and scancel's SIGKILL then left the daemons running",
+            "export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0",
             "# node i's Ray ports: a block of 200 above the head's (nodes that share a host do not collide)",
             "ray_ports() {",
             "  local b=$((ray_port + 1 + 200 * $1))",
