@@ -86,8 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
+    from trainctl.import_cost import skip_sklearn
     from trainctl.silence import quiet_known_noise
 
+    skip_sklearn()  # 2.4 s of CPU in each command that loads transformers' generation code
     quiet_known_noise()  # a real model's warnings on every load: to the debug log (issue 44)
     if debug():
         from trainctl.silence import show_debug_log

@@ -1,0 +1,39 @@
+"""An import trainctl's processes skip: transformers imports scikit-learn whenever it is installed (lm-eval, a
+dependency since issue 46, installs it), for roc_curve, which only assisted generation with a confidence threshold
+uses; trainctl never does. The import costs about 2.4 s of CPU in every process that loads transformers' generation
+code (measured here: `import verl.workers.engine` 10.8 -> 8.4 s): the CLI's, and each Ray worker and torchrun rank
+of a run (seven processes for a GRPO run on the CPU).
+
+skip_sklearn() installs an import hook that tells transformers scikit-learn is absent just before its generation code
+asks; it imports nothing itself. trainctl's entry points call it: the CLI, the verl plugin (in every process of a
+verl run trainctl launched), the TRL entry point.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+# the one transformers module that imports scikit-learn on load (transformers 5: `from sklearn.metrics import roc_curve`)
+ASKS = "transformers.generation.candidate_generator"
+
+
+def _absent() -> bool:
+    return False
+
+
+class _SklearnAbsent(importlib.abc.MetaPathFinder):
+    """Finds nothing: on the way to the module that asks, it answers transformers' question in advance."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == ASKS:
+            # `from ..utils import is_sklearn_available` reads the package's name; the module's for the rest
+            for module in ("transformers.utils", "transformers.utils.import_utils"):
+                if module in sys.modules:
+                    sys.modules[module].is_sklearn_available = _absent
+        return None
+
+
+def skip_sklearn() -> None:
+    if not any(isinstance(finder, _SklearnAbsent) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _SklearnAbsent())
