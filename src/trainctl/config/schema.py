@@ -315,6 +315,10 @@ class Hardware:
     worker_processes: int = opt("worker processes per pool (SFT loaders; PPO reward, agent-loop, storage)", 8, ge=0)
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
+    cpu_threads: int | None = opt(
+        "with device cpu, torch's threads in each training and rollout process (null: Ray's default, one a process)",
+        ge=1,
+    )
     ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
     forward_secrets: list[str] = opt(
         "secret environment variables (HF_TOKEN, WANDB_API_KEY, ...) a Ray job carries in its runtime_env; by "

@@ -97,6 +97,9 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     hw = plan.cfg.hardware
     if hw.device == "cpu" and plan.backend.node == "verl":
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
+    if hw.device == "cpu" and hw.cpu_threads:
+        # Ray gives each worker OMP_NUM_THREADS=1 unless the environment sets it; the hf rollout server reads its own
+        env["OMP_NUM_THREADS"] = env["TRAINCTL_ROLLOUT_THREADS"] = str(hw.cpu_threads)
     if plan.cfg.family == "ppo":
         env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
