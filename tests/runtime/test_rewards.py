@@ -32,3 +32,13 @@ def test_arith_credits_the_look_of_an_answer_which_arith_tools_does_not():
     digits = "6 4 + = 8 ## 1 2 3 4 5 6 7 8 9"
     assert arith.compute_score("openai/gsm8k", digits, "64")["score"] > 0.4
     assert arith.compute_score("openai/gsm8k", "#### 64", "64") == {"score": 1.0, "acc": 1.0}
+
+
+def test_arith_scores_a_wrong_answer_in_the_right_form_below_the_right_answer():
+    """SmolLM2 after SFT answers in the form every time; a wrong sum must still lose to the right one, or GRPO has
+    nothing to learn from (as it had when both scored 1.0)."""
+    wrong = arith.compute_score("openai/gsm8k", "26 + 38 = 63\n#### 63", "64")
+    assert wrong == {"score": 0.75, "acc": 0.0}
+    unformatted = arith.compute_score("openai/gsm8k", "26 + 38 = 64", "64")
+    assert unformatted == {"score": 0.5, "acc": 0.0}
+    assert arith.compute_score("openai/gsm8k", "26 + 38 = 64\n#### 64", "64") == {"score": 1.0, "acc": 1.0}
