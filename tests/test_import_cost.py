@@ -10,7 +10,7 @@ import sys
 ASKS = "import transformers.generation.candidate_generator as g, sys; print('sklearn' in sys.modules, g.__name__)"
 
 
-def _run(code: str, **env: str) -> str:
+def _run(code: str, **env: str) -> list[str]:
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
     )

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib.abc
 import sys
 
-# the one transformers module that imports scikit-learn on load (transformers 5: `from sklearn.metrics import roc_curve`)
+# the one transformers module that imports scikit-learn on load (in transformers 5: `from sklearn.metrics import
+# roc_curve`)
 ASKS = "transformers.generation.candidate_generator"
 
 

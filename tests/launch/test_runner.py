@@ -16,7 +16,8 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     assert env["TRAINCTL_METRICS_PATH"] == str(tmp_path / "r" / "metrics" / "attempt-2.jsonl")
     assert env["WANDB_DIR"] == str(tmp_path / "r") and env["WANDB_PROJECT"] == "trainctl"
     assert "OMP_NUM_THREADS" not in env  # Ray's one thread a worker
-    threads = launch_env(make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.cpu_threads=2"], native=False))
+    two = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.cpu_threads=2"], native=False)
+    threads = launch_env(two)
     assert threads["OMP_NUM_THREADS"] == threads["TRAINCTL_ROLLOUT_THREADS"] == "2"
     gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
     assert "VERL_PLATFORM" not in launch_env(gpu)
