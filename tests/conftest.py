@@ -42,12 +42,10 @@ pytest_plugins = ["tests.real_runs", "tests.real_model"]
 # files together (as they were) both cores idled for a quarter of a minute-long stretch. The quick files fill in at
 # the end, where their small size lets both workers finish together.
 HEAVY_FIRST = (
-    # the longest session run (tiny-tools' warm start, then 10 agent steps): one worker's first
+    # the longest session run (tiny-tools' warm start, then 10 agent steps on vLLM's CPU build): one worker's first
     "tests/launch/test_agent_grpo.py",
     "tests/launch/test_faults.py",  # (slow suite) the longest test there: a GRPO run in four attempts
     "tests/eval/test_eval.py",  # the GRPO run: the other worker's first
-    # issue 43: the GRPO and agent recipes on vLLM's CPU build (2-3 minutes each; the agent's reads tiny-tools)
-    "tests/launch/test_vllm_rollout.py",
     "tests/launch/test_reward.py",  # (slow suite) the reward-model and judge runs
     "tests/ckpt/test_merge.py",  # the DPO, DPO LoRA, SFT and two-process SFT runs
     "tests/launch/test_ray_jobs.py",
@@ -55,7 +53,7 @@ HEAVY_FIRST = (
     "tests/launch/test_lora.py",
     "tests/launch/test_run_record.py",  # the wandb run
     "tests/launch/test_sft.py",  # the failing run
-    # issue 45: GRPO across two Ray nodes (compared with the GRPO run), SFT across two Slurm nodes (with sft-ws2)
+    # issue 45: SFT across two Slurm nodes (compared with sft-ws2), a cluster that cannot host a run
     "tests/launchers/test_ray_cluster.py",
     "tests/launchers/test_slurm.py",
     # issue 43: eval, model serve and chat on vLLM's CPU build (the SFT run's)
@@ -81,7 +79,7 @@ HEAVY_FIRST = (
     "tests/serve/test_events.py",  # 300 SSE clients in the worker against a server: 29 s, computes
     "tests/serve/test_jobs.py",  # kill -9 of the server mid-merge: ~20 s, waits
     "tests/checks/test_memory.py",  # 10 / 10
-    "tests/launch/",  # test_learning reads every session run
+    "tests/launch/",  # test_learning reads every session run, test_vllm_rollout the agent run
     "tests/cli/test_main.py",  # 10 / 9
     "tests/runtime/test_judge.py",  # 15 / 10
     "tests/config/test_schema.py",  # 7 / 7

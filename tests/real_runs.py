@@ -47,12 +47,11 @@ SFT_EVERY = 16
 # checkpoint and verl's validation every GRPO_EVERY
 GRPO_STEPS = 12
 GRPO_EVERY = 6
-# the session's agent run: the agent recipe as shipped (AGENT_STEPS steps, validated after its last step), but for
-# verl's validation before training (the same agent-loop validation as after it; ~12 s of CPU): the learning test
-# evaluates the model before training itself
+# the session's agent run: the agent recipe as shipped (AGENT_STEPS steps, validated after its last step) on vLLM's
+# CPU build, but for verl's validation before training (the same agent-loop validation as after it; ~12 s of CPU):
+# the learning test evaluates the model before training itself. The same recipe on trainctl's sampler is the slow
+# suite's (agent_hf_run)
 AGENT_STEPS = 10
-# the agent recipe on vLLM (issue 43): a few steps, to show the tool loop runs on it
-AGENT_VLLM_STEPS = 3
 TERMINAL = (40, 120)  # rows, columns of the pseudo-terminal
 # failed_run's HF_TOKEN and run.project: it must appear in none of its files
 SECRET = "hf_secretvalue123456"
@@ -274,23 +273,34 @@ def tools_home(home: Home, tiny_tools_dir: Path, tmp_path_factory) -> None:
     once(tmp_path_factory, "tools-home", make)
 
 
+def _agent(home: Home, tiny_tools_dir: Path, tmp_path_factory, name: str, engine: str) -> RealRun:
+    def make(_) -> RealRun:
+        tools_home(home, tiny_tools_dir, tmp_path_factory)
+        # no dry run first: the launch's tokenization preflight imports verl all the same
+        return train(
+            home, name, "recipe=agent-arith-tiny-cpu", f"hardware.rollout_engine={engine}",
+            "trainer.val_before_train=false", f"trainer.validation_data_dir={home.root / f'{name}-validation'}",
+            check_first=False,
+        )  # fmt: skip
+
+    return once(tmp_path_factory, f"{name}-run", make)
+
+
 @pytest.fixture(scope="session")
 def agent_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
     """The agent recipe as shipped (GRPO through verl's tool agent loop, the calculator MCP server over stdio, model
-    tiny-tools, data arith-tools, reward=arith-tools), AGENT_STEPS steps: issue 29's agent learning run
-    (tests/launch/test_learning.py) and the run the agent tests read. verl validates at the end (not before
+    tiny-tools, data arith-tools, reward=arith-tools), AGENT_STEPS steps, its turns sampled by verl's vLLM rollout on
+    vLLM's CPU build (hardware.rollout_engine=vllm): issue 29's agent learning run, issue 43's GRPO and agent runs on
+    vLLM (tests/launch/test_vllm_rollout.py), the run the agent tests read. verl validates at the end (not before
     training) on the test split and dumps it to validation_dir(agent_run) (agent eval's comparison); stdout a
     pipe."""
+    return _agent(real_home, tiny_tools_dir, tmp_path_factory, "agent", "vllm")
 
-    def make(_) -> RealRun:
-        tools_home(real_home, tiny_tools_dir, tmp_path_factory)
-        # no dry run first: the launch's tokenization preflight imports verl all the same
-        return train(
-            real_home, "agent", "recipe=agent-arith-tiny-cpu", "trainer.val_before_train=false",
-            f"trainer.validation_data_dir={real_home.root / 'agent-validation'}", check_first=False,
-        )  # fmt: skip
 
-    return once(tmp_path_factory, "agent-run", make)
+@pytest.fixture(scope="session")
+def agent_hf_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
+    """agent_run on trainctl's CPU sampler (hardware.rollout_engine=hf): the slow suite's agent learning run."""
+    return _agent(real_home, tiny_tools_dir, tmp_path_factory, "agent-hf", "hf")
 
 
 @pytest.fixture(scope="session")
@@ -315,24 +325,8 @@ def failed_run(real_home, tmp_path_factory) -> RealRun:
 def grpo_vllm_run(real_home, tmp_path_factory) -> RealRun:
     """The session's GRPO run again with hardware.rollout_engine=vllm: verl's own vLLM rollout (its servers, agent
     loop and weight sync) on vLLM's CPU build, GRPO_STEPS steps, no validation, in a terminal (the live view). Issue
-    43's learning run (tests/launch/test_vllm_rollout.py)."""
+    43's single-turn learning run (tests/launch/test_vllm_rollout.py, slow)."""
     return shared_train(
         tmp_path_factory, real_home, "grpo-vllm", "recipe=grpo-arith-tiny-cpu", "hardware.rollout_engine=vllm",
         f"run.max_steps={GRPO_STEPS}", "logger=console", terminal=True,
     )  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def agent_vllm_run(real_home, tiny_tools_dir, tmp_path_factory) -> RealRun:
-    """The agent recipe for AGENT_VLLM_STEPS steps with hardware.rollout_engine=vllm: verl's tool agent loop calling
-    the calculator MCP server, its turns sampled by vLLM's CPU build (issue 43); no validation; stdout a pipe."""
-
-    def make(_) -> RealRun:
-        tools_home(real_home, tiny_tools_dir, tmp_path_factory)
-        return train(
-            real_home, "agent-vllm", "recipe=agent-arith-tiny-cpu", "hardware.rollout_engine=vllm",
-            f"run.max_steps={AGENT_VLLM_STEPS}", "trainer.val_before_train=false", "run.val_every=null",
-            TRAINCTL_PROGRESS_EVERY="0", check_first=False,
-        )  # fmt: skip
-
-    return once(tmp_path_factory, "agent-vllm-run", make)

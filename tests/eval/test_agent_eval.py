@@ -101,8 +101,8 @@ def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_respo
     assert picked.exit_code == 0 and f"global_step_{AGENT_STEPS}" in picked.stdout, picked.output
 
 
-# the default suite's check of verl's tool loop on vLLM (the agent recipe's training on it is slow): a vLLM engine's
-# start beside trainctl's sampler
+# verl's tool loop on vLLM against trainctl's sampler, greedy (the session's agent run samples on vLLM; its
+# checkpoint's eval above is vLLM's against verl's vLLM validation)
 def test_greedy_agent_eval_on_vllm_answers_as_on_trainctls_sampler(cli, tiny_tools, tmp_path):
     """hardware.rollout_engine=vllm: verl's tool agent loop on vLLM's async engine (vLLM's CPU build), the same
     calculator; greedy answers and calls as with trainctl's sampler, but for a near tie now and then."""

@@ -56,10 +56,13 @@ def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
     assert short.exit_code == 1 and "FAIL hardware.nnodes" in short.stdout, short.output
 
 
-# its setup may wait for the session's run it compares with (made by another worker): the suite's 600 s is too short
+# slow: ~2 minutes of the default suite's 2 cores; its two-node run is the SFT across two Slurm nodes
+# (tests/launchers/test_slurm.py). Its setup may wait for the session's run it compares with (made by another
+# worker): the suite's 600 s is too short
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_grpo_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, tmp_path, grpo_run):
-    """The default suite's two-node run: one GRPO step with hardware.nnodes=2 on the two-node cluster, one rank on
+    """One GRPO step with hardware.nnodes=2 on the two-node cluster, one rank on
     each node (as the ranks say in the log); the step, sampled from the same model and prompts as the session's
     one-node GRPO run's first, scores the same within sampling noise."""
     work = tmp_path / "work"
