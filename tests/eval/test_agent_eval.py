@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from tests.real_runs import AGENT_STEPS, validation_dir
 from tests.real_runs import REWARD as PARTIAL_REWARD
@@ -79,6 +80,8 @@ def test_agent_eval_samples_trajectories_whose_calls_the_calculator_log_confirms
 def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_response(agent_run, cli, tmp_path):
     validation = validation_dir(agent_run)
     run = shutil.copytree(agent_run.path, tmp_path / "agent")  # eval writes into the run folder
+    # the run's engine is the eval's: both verl's validation and this eval sample through vLLM's CPU build
+    assert yaml.safe_load((run / "trainctl.yaml").read_text())["hardware"]["rollout_engine"] == "vllm"
     assert cli("data", "prep", "arith-tools").exit_code == 0  # the test split, in this test's home
     result = cli("eval", str(run / "checkpoints" / f"global_step_{AGENT_STEPS}"))
     assert result.exit_code == 0, result.output[-3000:]
@@ -101,8 +104,10 @@ def test_greedy_agent_eval_of_a_checkpoint_is_verl_validation_response_for_respo
     assert picked.exit_code == 0 and f"global_step_{AGENT_STEPS}" in picked.stdout, picked.output
 
 
-# verl's tool loop on vLLM against trainctl's sampler, greedy (the session's agent run samples on vLLM; its
-# checkpoint's eval above is vLLM's against verl's vLLM validation)
+# slow: the default suite's agent eval on vLLM is the one above (the session's agent run samples on vLLM, and so
+# does the eval of its checkpoint, against verl's vLLM validation); single-turn greedy eval compares the two engines
+# in the default suite (tests/inference/test_vllm_engine.py)
+@pytest.mark.slow
 def test_greedy_agent_eval_on_vllm_answers_as_on_trainctls_sampler(cli, tiny_tools, tmp_path):
     """hardware.rollout_engine=vllm: verl's tool agent loop on vLLM's async engine (vLLM's CPU build), the same
     calculator; greedy answers and calls as with trainctl's sampler, but for a near tie now and then."""

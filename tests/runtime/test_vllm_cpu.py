@@ -7,21 +7,33 @@ import subprocess
 import sys
 
 
-def test_the_cpu_build_answers_for_vllm_at_the_version_vllm_gives_it():
-    # a fresh interpreter: verl's check runs once, at import (verl/third_party/vllm)
-    code = """
-import importlib.metadata as m
-from trainctl.runtime.vllm_cpu import alias_cpu_build
-alias_cpu_build()
-print(m.version("vllm"))
-from vllm.platforms import vllm_version_matches_substr
-print(vllm_version_matches_substr("cpu"))
-import verl.third_party.vllm as v
-print(v.vllm_version)
+# one fresh interpreter a platform: verl's version check runs once, at import (verl/third_party/vllm), and the
+# replica registry is filled as verl.workers.rollout.replica is imported
+PROBE = """
+import importlib.metadata as m, os, sys
+os.environ["VERL_PLATFORM"] = sys.argv[1]
+if sys.argv[1] == "cpu":
+    from trainctl.runtime.vllm_cpu import alias_cpu_build
+    alias_cpu_build()
+    print(m.version("vllm"))
+    from vllm.platforms import vllm_version_matches_substr
+    print(vllm_version_matches_substr("cpu"))
+    import verl.third_party.vllm as v
+    print(v.vllm_version)
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+loader = RolloutReplicaRegistry._registry["vllm"]
+print(loader.args[0] if hasattr(loader, "args") else loader.__module__)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def _probe(platform: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, platform], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["0.31.0+cpu", "True", "0.31.0+cpu"]
+    return out.stdout.split()
+
+
+def test_on_the_cpu_platform_the_cpu_build_answers_for_vllm_and_its_replica_is_registered():
+    assert _probe("cpu") == ["0.31.0+cpu", "True", "0.31.0+cpu", "CPUvLLMReplica"]
 
 
 def test_without_the_alias_verl_refuses_the_cpu_build():
@@ -32,16 +44,5 @@ def test_without_the_alias_verl_refuses_the_cpu_build():
     assert "vllm version None not supported" in out.stderr
 
 
-def test_the_cpu_replica_is_registered_on_the_cpu_platform_only():
-    code = """
-import os, sys
-os.environ["VERL_PLATFORM"] = sys.argv[1]
-from verl.workers.rollout.replica import RolloutReplicaRegistry
-loader = RolloutReplicaRegistry._registry["vllm"]
-print(loader.args[0] if hasattr(loader, "args") else loader.__module__)
-"""
-    names = [
-        subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=300).stdout.strip()
-        for p in ("cpu", "")
-    ]
-    assert names == ["CPUvLLMReplica", "verl.workers.rollout.replica"]
+def test_on_another_platform_verls_own_replica_stays():
+    assert _probe("") == ["verl.workers.rollout.replica"]
