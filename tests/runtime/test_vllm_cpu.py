@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
 # one fresh interpreter a platform: verl's version check runs once, at import (verl/third_party/vllm), and the
 # replica registry is filled as verl.workers.rollout.replica is imported
 PROBE = """
