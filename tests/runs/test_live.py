@@ -55,6 +55,8 @@ def test_grpo_in_a_terminal_shows_reward_kl_entropy_and_response_length(grpo_run
         ("KL", "actor/kl_loss"),
         ("entropy", "actor/entropy"),
         ("response len", "response_length/mean"),
+        # the rollout-vs-trainer gap (issue 43), for any rollout that returns its log-probs: trainctl's sampler does
+        ("rollout gap", "training/rollout_probs_diff_mean"),
     ):
         assert any(line.startswith(label) and line.endswith(name) for line in lines), (label, text[-3000:])
     assert "tokens/s" in text
