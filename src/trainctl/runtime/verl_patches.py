@@ -8,7 +8,9 @@ Four sets, each replacing module attributes with wrappers:
   - TRAJECTORY_PATCHES (apply_trajectories()): the turns of each trajectory in the rollout dumps, for runs with
     tools (trainctl.runtime.trajectories provides the wrappers);
   - VLLM_CPU_PATCHES (apply_vllm_cpu()): vLLM's CPU build inside the rollout's vLLM workers (trainctl.runtime.vllm_cpu
-    applies them there, where vLLM is loaded anyway; no other process imports vLLM for them).
+    applies them there, where vLLM is loaded anyway; no other process imports vLLM for them);
+  - VLLM_CPU_START_PATCHES (apply_vllm_cpu_start()): vLLM's CPU build as any of its engines starts (trainctl's
+    vLLM plugin, trainctl.runtime.vllm_plugin, applies them in each vLLM process on the CPU platform).
 tests/runtime/test_verl_patches.py pins the source of every patched function, so a verl upgrade that changes them
 fails loudly instead of silently running something else. What verl registers through its own registries (the CPU
 platform, its engines, the hf rollout: trainctl.runtime.verl_cpu) is not patched and is not here.
@@ -102,6 +104,15 @@ VLLM_CPU_PATCHES = {
         "one without its weight_loader (remove_weight=True): verl's in-place weight sync then fails ('Parameter' "
         "object has no attribute 'weight_loader'). The parameter is kept (remove_weight=False, as vLLM already does "
         "for embeddings), so each sync loads into it and verl's process_weights_after_loading packs it anew"
+    ),
+}
+
+# vLLM's CPU build as an engine starts (eval, chat, model serve, the rollout's servers): module, function: why
+VLLM_CPU_START_PATCHES = {
+    ("vllm.model_executor.models.registry", "_run_in_subprocess"): (
+        "vLLM inspects the model's class in a fresh Python (12 s of CPU on 2 cores: it imports torch and vLLM anew) so "
+        "that the engine's process does not initialize CUDA. A CPU has no CUDA to keep uninitialized: the class is "
+        "inspected in the process (~1.6 s). The result is cached under VLLM_CACHE_ROOT either way"
     ),
 }
 
@@ -376,6 +387,14 @@ def _dispatch_cpu_unquantized_gemm(original):
     return dispatch_cpu_unquantized_gemm
 
 
+def _run_in_this_process(original):
+    @functools.wraps(original)
+    def _run_in_subprocess(fn):
+        return fn()
+
+    return _run_in_subprocess
+
+
 def _trajectories(name: str):
     def wrap(original):
         from trainctl.runtime import trajectories
@@ -395,6 +414,7 @@ _WRAPPERS = {
     "ReplayBuffer.__init__": _replay_buffer_init,
     "logprobs_from_logits": _logprobs_from_logits,
     "dispatch_cpu_unquantized_gemm": _dispatch_cpu_unquantized_gemm,
+    "_run_in_subprocess": _run_in_this_process,
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
@@ -437,6 +457,11 @@ def apply(only: tuple[tuple[str, str], ...] | None = None) -> None:
 def apply_vllm_cpu() -> None:
     """Apply the patches vLLM's CPU build needs under verl's weight sync (in a rollout's vLLM worker), once."""
     _apply(tuple(VLLM_CPU_PATCHES))
+
+
+def apply_vllm_cpu_start() -> None:
+    """Apply the patches of vLLM's CPU build as an engine starts (in any vLLM process on the CPU platform), once."""
+    _apply(tuple(VLLM_CPU_START_PATCHES))
 
 
 def apply_metrics() -> None:
