@@ -103,6 +103,46 @@ def test_greedy_in_a_batch_is_token_for_token_one_at_a_time(model):
             assert completion.log_probs == pytest.approx(logps, abs=1e-4)
 
 
+def test_a_prompt_sampled_n_times_is_prefilled_once_and_each_sample_is_its_own(model):
+    """GRPO's n samples of a prompt arrive as n requests: the prompt is prefilled once for all of them, and each
+    still gets what it would alone (greedy: the same answer; sampled: the model's own log-probs of its tokens)."""
+    prompts = _prompts(3, seed=2)
+    requests = [p for p in prompts for _ in range(4)]  # verl's order: each prompt's samples together
+    greedy = SamplingParams(max_tokens=10, temperature=0.0)
+    sampled = SamplingParams(max_tokens=10, temperature=1.0)
+    params = [greedy if i % 4 == 0 else sampled for i in range(len(requests))]
+    prefill_rows = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        ids = kwargs["input_ids"]
+        if ids.shape[1] > 1:  # a prefill pass (decode passes take one token a row)
+            prefill_rows.append(ids.shape[0])
+        return forward(*args, **kwargs)
+
+    model.forward = counting
+    try:
+        got = generate(model, requests, params, [EOS], generator=torch.Generator().manual_seed(0))
+    finally:
+        del model.forward
+    assert prefill_rows == [3], "one prefill pass, one row a prompt"
+    for i, completion in enumerate(got):
+        prompt = requests[i]
+        if i % 4 == 0:
+            tokens, logps = one_at_a_time(model, prompt, 10)
+            want = tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
+            assert completion.token_ids == want, f"request {i}"
+            assert completion.log_probs == pytest.approx(logps[: len(want)], abs=1e-4)
+        else:
+            logps = [
+                float(_logits(model, prompt + completion.token_ids[:t]).log_softmax(-1)[tok])
+                for t, tok in enumerate(completion.token_ids)
+            ]
+            assert completion.log_probs == pytest.approx(logps, abs=1e-4)
+    # the samples of a prompt differ (they are drawn, not copied)
+    assert len({tuple(c.token_ids) for c in got[1:4]}) > 1
+
+
 def test_requests_that_join_a_running_batch_get_what_they_would_alone(model):
     prompts = _prompts(6, seed=1)
     sampler = BatchSampler(model, [EOS])
