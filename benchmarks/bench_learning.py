@@ -319,7 +319,7 @@ def real_model() -> list[Row]:
                 print(f"    from the SFT run it started from: {sft['acc']:.3f} -> {after['acc']:.3f} "
                       f"({after['acc'] - sft['acc']:+.3f})")  # fmt: skip
                 p = _phases(work / "runs" / name)
-                _print_grpo_step(p)
+                _print_grpo_step(p, lora=_lora(work / "runs" / name))
             rows.append(
                 Row(
                     f"{family.upper()} recipe on SmolLM2-135M: held-out arith accuracy gain (run + eval, seconds)",
@@ -336,7 +336,14 @@ def real_model() -> list[Row]:
     return rows
 
 
-def _print_grpo_step(p: dict) -> None:
+def _lora(run: Path) -> bool:
+    """Whether the run trained LoRA adapters (its saved trainctl config's lora.rank)."""
+    import yaml
+
+    return bool((yaml.safe_load((run / "trainctl.yaml").read_text()).get("lora") or {}).get("rank"))
+
+
+def _print_grpo_step(p: dict, lora: bool = False) -> None:
     step = p.get("step")
     phases = ", ".join(f"{k} {v:.1f}" for k, v in p.items() if isinstance(v, float) and k != "step")
     print(f"  GRPO step (median of steps 2-{p['steps']}): {step:.1f} s; phases (s): {phases}")
@@ -350,8 +357,11 @@ def _print_grpo_step(p: dict) -> None:
               f"({generated / p.get('gen', float('nan')):.0f} tokens/s)")  # fmt: skip
         update = p.get("update_actor")
         if update:
-            flops = 6 * SMOLLM2_PARAMS * tokens
-            print(f"    update: {tokens:.0f} tokens, {flops / 1e12:.2f} TFLOP in {update:.1f} s = "
+            # forward 2, backward 4 (the inputs' gradients 2, the weights' 2) FLOP per parameter and token; with
+            # LoRA the frozen weights get no gradient: 4 (the adapters' own are a fraction of a percent)
+            flops = (4 if lora else 6) * SMOLLM2_PARAMS * tokens
+            what = "update (LoRA)" if lora else "update"
+            print(f"    {what}: {tokens:.0f} tokens, {flops / 1e12:.2f} TFLOP in {update:.1f} s = "
                   f"{flops / update / 1e9:.0f} GFLOP/s, {flops / update / PEAK_FLOPS:.0%} of the fp32 peak "
                   f"({PEAK_FLOPS / 1e9:.0f} GFLOP/s)")  # fmt: skip
     scores = p.get("critic/score/mean")
