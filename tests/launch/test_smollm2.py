@@ -87,7 +87,7 @@ def test_grpo_trains_lora_on_the_sft_run_of_smollm2_then_merges_and_evaluates(
     _in_home(smollm2_home, monkeypatch, smollm2_grpo.work)
     merged = cli("ckpt", "merge", "runs/smollm2-grpo")
     assert merged.exit_code == 0, merged.output
-    folder = smollm2_grpo.path / "checkpoints" / "global_step_2-hf"
+    folder = smollm2_grpo.path / "checkpoints" / "global_step_2-actor-hf"  # the actor of a PPO-family run
     config = json.loads((folder / "config.json").read_text())
     # the adapters merged into the SFT run's weights: a plain Llama again, no PEFT files
     assert (config["model_type"], config["tie_word_embeddings"]) == ("llama", True)
