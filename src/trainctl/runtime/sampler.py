@@ -271,10 +271,14 @@ class BatchSampler:
         every_position = any(row.params.prompt_logprobs is not None for row in group)
         # GRPO samples each prompt n times, as n requests: a prompt is prefilled once and its cache and logits copied
         # to each of its rows (on SmolLM2 the prefill of 64 prompts of ~55 tokens was most of a step's generation)
-        slot: dict[tuple[int, ...], int] = {}  # a prompt's row among the unique ones
-        which = torch.tensor([slot.setdefault(tuple(row.prompt), len(slot)) for row in group])
-        if len(slot) < len(group):
-            unique = torch.tensor([which.tolist().index(u) for u in range(len(slot))])  # each one's first row
+        slot: dict[tuple[int, ...], int] = {}  # a prompt's row in the prefill pass
+        firsts: list[int] = []  # each prompt's first row in the group
+        for i, row in enumerate(group):
+            if tuple(row.prompt) not in slot:
+                slot[tuple(row.prompt)] = len(firsts)
+                firsts.append(i)
+        if len(firsts) < len(group):
+            unique, which = torch.tensor(firsts), torch.tensor([slot[tuple(row.prompt)] for row in group])
             logits = self._forward(ids[unique], mask[unique], positions[unique], cache, every_position)[which]
             for layer in cache.layers:
                 layer.batch_select_indices(which)

@@ -1,6 +1,6 @@
 """The patches trainctl applies to verl where verl offers no hook. All of them, here, guarded to verl 0.9.1.
 
-Four sets, each replacing module attributes with wrappers:
+Five sets, each replacing module attributes with wrappers:
   - PATCHES (apply()): behave exactly like the original unless the process runs on trainctl's CPU platform;
   - METRIC_PATCHES (apply_metrics()): the trainer's metrics, with the figures trainctl adds to the training log
     (trainctl.runtime.reward_metrics, trainctl.runtime.tool_metrics provide them) when trainctl launched the run
