@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -59,3 +60,45 @@ def keep_cached(path: Path, data: Callable[[], bytes]) -> None:
     cost a launch ~8 s of CPU: they import TRL)."""
     if not path.is_file():
         atomic_write_bytes(path, data())
+
+
+def file_version(path: Path) -> tuple | None:
+    """What tells one version of a file from another (its real path, size, time, inode); None when it is no file."""
+    import stat
+
+    real = Path(path).expanduser().resolve()
+    try:
+        st = real.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return str(real), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[], Any]) -> Any:
+    """`compute()`, an answer read from `files` (and from `key`, its other inputs, as a repr-able value), kept as
+    JSON in the cache folder under `kind/` per version of every file: list the modules that compute it among the
+    files, so that a changed check is not answered by its old self. A damaged entry is computed again. Not kept:
+    None, an answer computed while a file changed, and one from a file written in the last seconds (a rewrite
+    within the file system's clock tick keeps its size and time: git's "racy" files)."""
+    import hashlib
+    import json
+    import time
+
+    versions = [file_version(f) for f in files]
+    if None in versions:
+        return compute()
+    entry = cache_dir() / kind / hashlib.sha1(repr((versions, key)).encode()).hexdigest()[:24]
+    try:
+        return json.loads(entry.read_text())["answer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    answer = compute()
+    settled = time.time_ns() - _SETTLED_NS
+    if answer is not None and [file_version(f) for f in files] == versions and all(v[2] < settled for v in versions):
+        atomic_write_text(entry, json.dumps({"answer": answer}))
+    return answer
+
+
+_SETTLED_NS = 2_000_000_000

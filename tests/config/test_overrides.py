@@ -44,3 +44,42 @@ def test_a_malformed_override_never_shows_a_value_assigned_inside_it(cli):
     assert result.exit_code == 2, result.output
     assert "abc123secret" not in result.output
     assert "malformed override 'tools.servers.calculator.env=[MY_TOKEN=***]'" in result.stderr
+
+
+# values a command line writes, and strings near the edges of Hydra's token rules (a float's exponent, inf and nan,
+# true/null in any case, digits before letters, underscores between digits)
+PLAIN_VALUES = [
+    "grpo", "qwen2.5-7b", "8gpu", "2x8gpu", "1", "-1", "+3", "0", "007", "1_000", "1__0", "1e-6", "1e-06", "1E5",
+    "1.", ".5", "1.5.2", "1e", "e1", "1e+", "3.0e-4_1", "inf", "-inf", "+Inf", "nan", "NaN", "infinity", "inf_x",
+    "true", "TRUE", "False", "tru", "truex", "null", "NULL", "nul", "none", "/tmp/x.parquet", "./data", "a:b",
+    "gpt-4.1-mini", "user@host", "-", ".", ":", "+", "_", "-x", "a-", "1-2", "0x10", "1_", "_1", "4bit", "fp16"
+]  # fmt: skip
+
+
+def test_plain_overrides_read_as_hydra_reads_them():
+    """The overrides read without Hydra's parser come out exactly as Hydra's parser reads them: the same key, op
+    and value, of the same type."""
+    import random
+
+    from trainctl.config.overrides import _override, _plain, parse_one
+
+    rng = random.Random(54)
+    values = PLAIN_VALUES + [
+        "".join(rng.choice("aeEfilnrstu019_-.+/:@") for _ in range(rng.randint(1, 6))) for _ in range(3000)
+    ]
+    keys = ["algorithm", "a.b_c-d", "actor_rollout_ref.actor.optim.lr", "_x.y"]
+    read = 0
+    for i, value in enumerate(values):
+        raw = f"{('', '+', '++')[i % 3]}{keys[i % len(keys)]}={value}"
+        plain = _plain(raw)
+        if plain is None:
+            continue
+        read += 1
+        o = parse_one(raw)
+        hydra = _override(o, raw, o.value())
+        assert (plain.key, plain.op, plain.package) == (hydra.key, hydra.op, hydra.package), raw
+        assert type(plain.value) is type(hydra.value) and repr(plain.value) == repr(hydra.value), raw
+    assert read > 2500
+    assert all(_plain(f"x={v}") is not None for v in PLAIN_VALUES)
+    for other in ["x=a,b", "x=[1,2]", "x='a b'", "~x", "x=", "x=${y}", "x=a b", "a/b=c", "x@p=1", "x.0=1", "x=a=b"]:
+        assert _plain(other) is None, other

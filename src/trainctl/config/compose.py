@@ -340,7 +340,14 @@ def resolve_trainctl(comp: Composition) -> tuple[dict, list[Problem]]:
     """The trainctl sections with every interpolation resolved; a value that cannot resolve is a Problem."""
     from omegaconf.errors import OmegaConfBaseException
 
+    from trainctl.config.interpolation import resolve
+
     sections = [str(s) for s in comp.cfg if s not in BACKEND_NODES]
+    raw = OmegaConf.to_container(comp.cfg, resolve=False)
+    if all(isinstance(raw[s], dict) for s in sections):
+        plain = resolve({s: raw[s] for s in sections}, raw)  # without OmegaConf's parser where it can (~30 ms)
+        if plain is not None:
+            return plain, []
     try:
         return {s: OmegaConf.to_container(comp.cfg[s], resolve=True) for s in sections}, []
     except OmegaConfBaseException:

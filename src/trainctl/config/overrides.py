@@ -86,11 +86,47 @@ def _override(o, raw: str, value: Any) -> Override:
     return Override(raw=raw, key=o.key_or_group, value=value, op=_op(o), package=o.package)
 
 
+# The plainest overrides (`a.b=word`, `+a.b=1e-6`: a dotted key, a value of letters, digits and -_./+:@) read
+# without Hydra's grammar, as it reads them: importing and running its ANTLR parser costs ~0.1 s of the 0.3 s a
+# config error is allowed. Hydra's lexer (hydra/grammar/OverrideLexer.g4) makes such a value one token when one
+# rule matches all of it (FLOAT before INT, BOOL and NULL before ID: `inf` is a float, `true` a bool), else
+# several, joined back into the string written. Anything else goes to Hydra.
+_PLAIN_KEY = re.compile(r"(\+{0,2})([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z_][A-Za-z0-9_\-]*)*)=([A-Za-z0-9_\-./+:@]+)")
+_UINT = r"(?:0|[1-9](?:_?[0-9])*)"
+_POINT = rf"(?:{_UINT}\.|{_UINT}?\.[0-9](?:_?[0-9])*)"
+_FLOAT = re.compile(rf"[+-]?(?:{_POINT}|(?:{_UINT}|{_POINT})[eE][+-]?[0-9](?:_?[0-9])*|[Ii][Nn][Ff]|[Nn][Aa][Nn])")
+_INT = re.compile(rf"[+-]?{_UINT}")
+_OPS = {"": "set", "+": "add", "++": "force_add"}
+
+
+def _plain(raw: str) -> Override | None:
+    m = _PLAIN_KEY.fullmatch(raw)
+    if m is None:
+        return None
+    prefix, key, text = m.groups()
+    value: Any
+    if _FLOAT.fullmatch(text):
+        value = float(text)
+    elif _INT.fullmatch(text):
+        value = int(text)
+    elif text.lower() in ("true", "false"):
+        value = text.lower() == "true"
+    elif text.lower() == "null":
+        value = None
+    else:
+        value = text
+    return Override(raw=raw, key=key, value=value, op=_OPS[prefix])
+
+
 def expand(args: list[str], multirun: bool, search: SearchPath | None = None) -> list[list[Override]]:
     """The override lists to run, each override parsed once: one list, or with -m one per point of the sweep
     (the product of all swept values)."""
     axes: list[list[Override]] = []
     for raw in args:
+        plain = _plain(raw)
+        if plain is not None:
+            axes.append([plain])
+            continue
         o = parse_one(raw, search)
         if not o.is_sweep_override():
             axes.append([_override(o, raw, None if o.is_delete() else o.value())])
@@ -113,6 +149,10 @@ def parse(args: list[str], search: SearchPath | None = None) -> list[Override]:
     """Parse a (sweep-free) override list."""
     out = []
     for raw in args:
+        plain = _plain(raw)
+        if plain is not None:
+            out.append(plain)
+            continue
         o = parse_one(raw, search)
         if o.is_sweep_override():
             raise UsageError(f"'{raw}' gives several values.", hint="add -m to sweep over them")

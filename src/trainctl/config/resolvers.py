@@ -108,7 +108,7 @@ def _report_to(backends):
     return rest or "none"
 
 
-_RESOLVERS = {
+RESOLVERS = {
     "tc.opt": _opt,
     "tc.or": _or,
     "tc.if_null": _if_null,
@@ -132,6 +132,6 @@ _RESOLVERS = {
 
 def register() -> None:
     """Make the tc.* resolvers available (idempotent)."""
-    for name, fn in _RESOLVERS.items():
+    for name, fn in RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -82,7 +82,28 @@ def coverage_problems(sources: Counter, custom_reward: bool, path: Path) -> list
 
 def quick_check(path: Path, fmt: str, custom_reward: bool, ground_truth: bool = True) -> list[Problem]:
     """Schema, reward coverage and empty ground truths (unless the reward needs none) from a parquet file's footer
-    and two columns."""
+    and two columns.
+
+    Kept in trainctl's cache per version of the file (and of this check's code, and pyarrow's): every plan runs it,
+    and importing pyarrow costs ~0.1 s of the 0.3 s a config error is allowed.
+    """
+    import dataclasses
+    import importlib.util
+
+    from trainctl import paths
+
+    path = Path(path).expanduser()
+    code = [Path(__file__), Path(verl_facts.__file__), Path(importlib.util.find_spec("pyarrow").origin)]
+    found = paths.memo_on_files(
+        "data-check",
+        [path, *code],
+        (str(path), fmt, custom_reward, ground_truth),
+        lambda: [dataclasses.asdict(p) for p in _quick_check(path, fmt, custom_reward, ground_truth)],
+    )
+    return [Problem(**p) for p in found]
+
+
+def _quick_check(path: Path, fmt: str, custom_reward: bool, ground_truth: bool) -> list[Problem]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
