@@ -7,11 +7,18 @@ of a run (seven processes for a GRPO run on the CPU).
 skip_sklearn() installs an import hook that tells transformers scikit-learn is absent just before its generation code
 asks; it imports nothing itself. trainctl's entry points call it: the CLI, the verl plugin (in every process of a
 verl run trainctl launched), the TRL entry point.
+
+hide_vllm() does the same for vLLM in a verl run that uses no vLLM engine (trainctl sets TRAINCTL_NO_VLLM=1 for it):
+verl's checkpoint engines import `vllm.distributed` wherever vLLM is installed (vLLM's CPU build is, here), ~1 s of
+CPU (torch._inductor with it) in the driver's task runner, the training worker and the agent-loop worker, for an
+engine a CPU run never uses. verl imports those engines under `except ImportError`, verl and TRL ask for vLLM with
+`importlib.util.find_spec`: hidden, it is absent to both.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 
 # the one transformers module that imports scikit-learn on load (in transformers 5: `from sklearn.metrics import
@@ -38,3 +45,22 @@ class _SklearnAbsent(importlib.abc.MetaPathFinder):
 def skip_sklearn() -> None:
     if not any(isinstance(finder, _SklearnAbsent) for finder in sys.meta_path):
         sys.meta_path.insert(0, _SklearnAbsent())
+
+
+HIDDEN = "vllm"
+
+
+def hide_vllm() -> None:
+    """vLLM absent to this process: `import vllm` raises ModuleNotFoundError and `importlib.util.find_spec("vllm")`
+    answers None, as without it installed (Python's meaning of None in sys.modules)."""
+    sys.modules.setdefault(HIDDEN, None)
+
+
+def skip_for_run() -> None:
+    """What a process of a verl run trainctl launched leaves out (the verl plugin, in every such process, and the fork
+    server, before it imports for the run's workers): scikit-learn always, vLLM where the run uses none."""
+    launched = os.environ.get("TRAINCTL_LAUNCHED") == "1"
+    if launched or os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
+        skip_sklearn()
+    if launched and os.environ.get("TRAINCTL_NO_VLLM") == "1":
+        hide_vllm()

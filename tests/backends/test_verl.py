@@ -15,6 +15,7 @@ from trainctl.backends import verl
 from trainctl.backends.base import JOB_CONFIG_DIR
 from trainctl.errors import ConfigProblems
 from trainctl.plan import make_plan
+from trainctl.runtime import forkserver
 
 HYDRA = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
@@ -99,10 +100,18 @@ def test_ppo_runs_main_ppo_on_a_ray_of_its_own_or_the_clusters():
     plan = make_plan(["algorithm=grpo", "hardware=cpu"], native=False)
     run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
     command = plan.backend.command(plan.cfg, plan.built)
+    # on the cpu, the fork server starts first and becomes verl's driver (trainctl.runtime.forkserver)
     assert command.argv == [
+        sys.executable, "-m", "trainctl.runtime.forkserver", "--",
         sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={run_dir}", "--config-name=verl_ppo",
         f"hydra.run.dir={run_dir}", *HYDRA,
     ]  # fmt: skip
+    # and Ray asks it for each worker: the client is a file of the standard library, run without site-packages
+    client = plan.value("ray_kwargs.ray_init.runtime_env.py_executable")
+    assert client == f"{sys.executable} -S {Path(forkserver.__file__).with_name('forkserver_client.py')}"
+    unforked = make_plan(["algorithm=grpo", "hardware=cpu", "hardware.fork_workers=false"], native=False)
+    assert unforked.backend.command(unforked.cfg, unforked.built).argv == command.argv[4:]
+    assert unforked.value("ray_kwargs.ray_init.runtime_env.py_executable") is None
     # never a cluster from the caller's RAY_ADDRESS on a local launch
     assert command.env == {"RAY_ADDRESS": "local", "RAY_prestart_worker_first_driver": "0"}
     assert command.launcher == "local"
@@ -113,6 +122,10 @@ def test_ppo_runs_main_ppo_on_a_ray_of_its_own_or_the_clusters():
         ["algorithm=grpo", "hardware=2x8gpu", "hardware.ray_address=ray://10.0.0.1:10001"], native=False
     )
     assert cluster.backend.command(cluster.cfg, cluster.built).env == {"RAY_ADDRESS": "ray://10.0.0.1:10001"}
+    # a cluster's workers are started on its nodes, by Ray: nothing to fork them from (hardware.fork_workers is cpu's)
+    on_cluster = make_plan(["algorithm=grpo", "hardware=cpu", "hardware.launcher=ray_cluster",
+                            "hardware.ray_address=10.0.0.1:6379"], native=False)  # fmt: skip
+    assert "trainctl.runtime.forkserver" not in on_cluster.backend.command(on_cluster.cfg, on_cluster.built).argv
 
 
 def test_sft_runs_one_process_per_device_under_torchrun_or_one_controller_on_ray():

@@ -164,6 +164,13 @@ class _Verl(Backend):
         ]
 
 
+def forks_workers(cfg: Config) -> bool:
+    """Whether a PPO-family run's Ray workers are forked by trainctl's fork server: hardware.fork_workers on the CPU,
+    in a Ray the run starts itself (on one machine: the server forks on the driver's)."""
+    hw = cfg.hardware
+    return hw.fork_workers and hw.device == "cpu" and launchers.get(hw.launcher).ray == "own"
+
+
 def teacher_keys(cfg: Config, search) -> dict:
     """verl's distillation keys for the teacher trainctl's distillation section names (algorithm=distill): its model
     folder, and its pool of distillation.gpus GPUs (processes on cpu) on one node, served with the rollout engine's
@@ -213,6 +220,13 @@ class VerlPPO(_Verl):
             out.append((tree, f"tools={cfg.tools.name} (trainctl.backends.tools)"))
         if launchers.get(cfg.hardware.launcher).ray != "own":
             out.append(({"ray_kwargs": {"ray_init": {"num_cpus": None}}}, f"hardware.launcher={cfg.hardware.launcher}"))
+        if forks_workers(cfg):
+            from trainctl.runtime.forkserver import py_executable
+
+            # Ray starts each worker with this program: it asks the run's fork server for one (without the server,
+            # as in the raw verl command, it starts Python as Ray would)
+            runtime_env = {"py_executable": py_executable(python_for(None))}
+            out.append(({"ray_kwargs": {"ray_init": {"runtime_env": runtime_env}}}, "hardware.fork_workers"))
         if cfg.distillation.teacher:
             out.append((teacher_keys(cfg, comp.search), "distillation.teacher (trainctl.backends.verl)"))
         return out
@@ -235,8 +249,10 @@ class VerlPPO(_Verl):
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         # main_ppo starts (or joins) Ray itself
         python = python_for(config_dir)
+        # the fork server starts first and becomes the driver (trainctl.runtime.forkserver)
+        server = [python, "-m", "trainctl.runtime.forkserver", "--"] if forks_workers(cfg) else []
         return Command(
-            argv=[python, "-m", self.entry, *self.config_args(cfg, config_dir)],
+            argv=[*server, python, "-m", self.entry, *self.config_args(cfg, config_dir)],
             env=self.env(cfg),
             launcher=cfg.hardware.launcher,
             raw_argv=[python, "-m", self.entry, *built.raw_overrides(), *self.hydra_args(cfg, config_dir)],

@@ -320,6 +320,12 @@ class Hardware:
         ge=1,
     )
     ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
+    fork_workers: bool = opt(
+        "with device cpu and a Ray of the run's own (launcher local), start the PPO family's Ray workers as forks of "
+        "a process that has imported torch, transformers and verl once (trainctl.runtime.forkserver), not as a fresh "
+        "Python each",
+        False,
+    )
     forward_secrets: list[str] = opt(
         "secret environment variables (HF_TOKEN, WANDB_API_KEY, ...) a Ray job carries in its runtime_env; by "
         "default none: the job reads them from the cluster nodes' environment, since Ray shows a job's runtime_env "

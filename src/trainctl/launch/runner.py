@@ -102,6 +102,10 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = env["TRAINCTL_ROLLOUT_THREADS"] = str(hw.cpu_threads)
     if plan.cfg.family == "ppo":
         env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
+        if plan.backend.node == "verl" and not _uses_vllm(plan):
+            # verl imports vLLM wherever it is installed (its checkpoint engines), ~1 s in three of a run's processes
+            # that never use it: the plugin hides it (trainctl.runtime.verl_cpu_plugin)
+            env["TRAINCTL_NO_VLLM"] = "1"
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
@@ -130,6 +134,18 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env["TRAINCTL_RAY_ENV"] = ",".join(sorted(k for k in env if not is_secret_name(k)))
         env["RAY_RUNTIME_ENV_HOOK"] = "trainctl.runtime.ray_env.hook"
     return env
+
+
+# the engines a PPO-family run of verl may start: its rollout, its reward model's, its distillation teacher's
+_ENGINE_KEYS = (
+    "actor_rollout_ref.rollout.name",
+    "reward.reward_model.rollout.name",
+    "distillation.teacher_models.teacher_model.inference.name",
+)
+
+
+def _uses_vllm(plan: Plan) -> bool:
+    return any(plan.value(key) == "vllm" for key in _ENGINE_KEYS)
 
 
 def full_command(plan: Plan, attempt: int | None = None) -> Command:

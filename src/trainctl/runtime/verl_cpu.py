@@ -162,7 +162,7 @@ def _platform_class():
 __getattr__ = lazy_classes(__name__, {"PlatformCPU": _platform_class})
 
 
-def _register_engines() -> None:
+def _register_engines(engine_package=None) -> None:
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
@@ -171,6 +171,13 @@ def _register_engines() -> None:
         for backend in ("fsdp", "fsdp2"):
             if "cpu" not in registry.get(model_type, {}).get(backend, {}):
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+
+
+def _register_rollouts(registry_module=None) -> None:
+    from trainctl.runtime import hf_rollout, vllm_cpu
+
+    hf_rollout.register()
+    vllm_cpu.register()
 
 
 _INSTALLED = False
@@ -189,10 +196,12 @@ def install() -> None:
     PlatformRegistry.register(platform="cpu")(cls)
     set_platform(cls())
     verl_patches.apply()
-    _register_engines()
-    from trainctl.runtime import hf_rollout, vllm_cpu
+    # registered as a process imports verl's registries, not imported for them: the driver never does (its engines
+    # and rollout configs cost it 3.5 s), each worker those of its kind
+    import wrapt
 
-    hf_rollout.register()
-    vllm_cpu.register()
+    wrapt.register_post_import_hook(_register_engines, "verl.workers.engine")
+    for registry in ("verl.workers.rollout.base", "verl.workers.rollout.replica"):
+        wrapt.register_post_import_hook(_register_rollouts, registry)
     _INSTALLED = True
     logger.info("trainctl: verl runs on the CPU platform (gloo)")

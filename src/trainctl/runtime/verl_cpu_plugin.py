@@ -12,11 +12,11 @@ set (trainctl.runtime.tool_metrics), with the trajectories' turns in the rollout
 
 import os
 
-if os.environ.get("TRAINCTL_LAUNCHED") == "1" or os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
-    # scikit-learn, which transformers imports for nothing trainctl uses: 2.4 s in each of a run's processes
-    from trainctl.import_cost import skip_sklearn as _skip_sklearn
+# scikit-learn, which transformers imports for nothing trainctl uses (2.4 s in each of a run's processes), and vLLM in
+# a run with no vLLM engine (trainctl.import_cost)
+from trainctl.import_cost import skip_for_run as _skip_for_run
 
-    _skip_sklearn()
+_skip_for_run()
 
 if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS"):
     # reward and tool metrics in the training log (trainctl.runtime.reward_metrics, .tool_metrics): GPU runs too

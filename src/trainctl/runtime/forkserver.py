@@ -1,0 +1,381 @@
+"""Ray workers forked from a process that has imported what they import, for a CPU run's own Ray (issue 54).
+
+A GRPO run on the CPU starts nine Ray workers (verl's TaskRunner, the training worker, the rollout server, the
+agent-loop, reward, load-balancer and TransferQueue workers), one after another, and each was a fresh Python that
+imported torch, transformers and verl: 6-9 s of CPU each, most of a minute before the first step. Ray lets a run
+choose the program that starts its workers (runtime_env `py_executable`: verl's ray_kwargs.ray_init.runtime_env.
+py_executable). A CPU run's is trainctl.runtime.forkserver_client: it asks this server, started beside verl's driver,
+for a worker forked from a process that imported those modules once; the fork then runs Ray's default_worker.py with
+the worker's own arguments, environment, working directory and standard streams, as a fresh one would.
+
+    python -m trainctl.runtime.forkserver -- python -m verl.trainer.main_ppo ...
+
+forks the server and becomes the driver (exec: the driver keeps the PID trainctl started). The server dies with the
+driver (PR_SET_PDEATHSIG); the workers it forked end with Ray's raylet, as Ray's own do.
+
+The server loads in two stages:
+1. at once, while verl's driver imports and starts Ray: the libraries (torch, tensordict, transformers, peft,
+   datasets, ...), and never Ray: Ray's C++ config reads a worker's job id and raylet PID from the environment once,
+   when Ray is imported, and neither exists before Ray has started;
+2. as soon as the driver's raylet is up (ray.init() takes seconds more): Ray, verl (with trainctl's plugin) and the
+   modules of verl's workers, imported under the environment the workers will have: the driver's, with that raylet's
+   PID and the job id of the cluster's first driver (Ray's own numbering). A worker that asks first waits for them
+   (the server's imports serve every worker, a worker's own only itself); one that asks before the server has seen a
+   raylet is forked without them and imports them itself, and the server then imports them under its environment.
+   Later workers start with nothing left to import.
+A worker whose environment differs from the server's in what those imports read (RUN_ENV: its job, raylet, Python
+path, trainctl's plugin settings) is declined, and so is any worker when the server is not there (a raw verl command
+with the same config): the client then starts Python as Ray would have.
+
+Wire format (trainctl.runtime.forkserver_client speaks it): the client sends a 4-byte length and a JSON request
+{argv, env, cwd, sigmask} with its stdin, stdout and stderr attached (SCM_RIGHTS); the server answers a 4-byte pid (0:
+declined, start it yourself), then the worker's exit code when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+import uuid
+
+SERVER_VAR = "TRAINCTL_FORKSERVER"
+
+# the client, run by Ray as `<python> -S <this file> default_worker.py ARGS`: standard library only
+CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_client.py")
+
+# stage 1: what a run's workers import, but Ray; the slowest first (seconds of CPU on the 2-core machine, each alone)
+LIBRARIES = (
+    "torch",  # 1.3
+    "tensordict",  # 2.6 with torch: torch._dynamo
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.auto.modeling_auto",
+    "transformers.generation.utils",
+    "peft",  # verl.utils.fsdp_utils
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "torch.distributed.checkpoint",
+    "torchdata.stateful_dataloader",
+    "datasets",  # verl's RL dataset
+    "pandas",
+    "pyarrow.parquet",
+    "accelerate",
+    "trl",
+    "omegaconf",
+    "hydra",
+    "codetiming",
+    "fastapi",  # verl's rollout servers
+    "uvicorn",
+    "aiohttp",
+    "zmq",  # TransferQueue
+    "msgspec",
+    "networkx",
+)
+
+# stage 2: Ray, verl and the modules that define verl's workers (the actors of a run)
+WORKER_MODULES = (
+    "ray",
+    "verl",
+    "verl.single_controller.ray.base",
+    "verl.workers.engine_workers",
+    "verl.workers.rollout.router",
+    "verl.experimental.agent_loop.agent_loop",
+    "verl.experimental.reward_loop.reward_loop",
+    "verl.trainer.ppo.v1.trainer_base",
+    "verl.trainer.ppo.v1.agent_loop_tq",
+    "verl.trainer.main_ppo",
+    "transfer_queue",
+    "trainctl.runtime.hf_rollout",
+)
+
+# what the server's imports read from the environment: a worker whose values differ gets a fresh Python
+RUN_ENV = (
+    "RAY_JOB_ID",  # read once by Ray's C++ config (ray_internal_flag_def.h), as Ray is imported
+    "RAY_RAYLET_PID",  # the same
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS",  # read by OpenMP as torch loads it
+    "VERL_PLATFORM",  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin), run as verl is imported
+    "TRAINCTL_LAUNCHED",
+    "TRAINCTL_REWARD_KIND",
+    "TRAINCTL_TOOL_CALLS",
+    "TRAINCTL_NO_VLLM",
+    "VERL_USE_EXTERNAL_MODULES",
+    "VERL_USE_EXTERNAL_PLUGINS",
+)
+
+# seconds between checks for ended workers (and, before stage 2, for the raylet) while no request comes
+_POLL_S = 0.1
+# the job id of a new cluster's first driver (Ray numbers jobs from 1, in 4 little-endian bytes): the run's driver
+FIRST_JOB_ID = "01000000"
+
+
+def py_executable(python: str = sys.executable) -> str:
+    """Ray's runtime_env py_executable for a run whose workers may be forked (a command prefix: Ray appends
+    default_worker.py and its arguments)."""
+    return f"{python} -S {CLIENT}"
+
+
+def _log(message: str) -> None:
+    print(f"trainctl forkserver: {message}", file=sys.stderr, flush=True)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to end this process when the driver (its parent) ends, however it ends."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the driver ended before the request above
+        os._exit(0)
+
+
+def _import(names: tuple[str, ...]) -> list[str]:
+    """Import what can be imported; the names that failed (a worker imports those itself, and fails as it would)."""
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # an optional library missing, or broken: not the server's to report
+            failed.append(f"{name} ({type(e).__name__}: {e})")
+    return failed
+
+
+def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    if len(msg) < 4:
+        raise ConnectionError("no request")
+    (size,) = struct.unpack("!I", msg[:4])
+    body = msg[4:]
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("request cut short")
+        body += chunk
+    return json.loads(body), fds
+
+
+class Server:
+    """Forks Ray workers on request; see the module's docstring."""
+
+    def __init__(
+        self, listener: socket.socket, libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WORKER_MODULES
+    ):
+        self.listener = listener
+        self.libraries, self.workers = libraries, workers
+        self.waiting: dict[int, socket.socket] = {}  # worker pid -> its client's connection, told when it ends
+        # the environment the imports read (RUN_ENV's values); Ray's entries are fixed once Ray is imported
+        self.run_env = {k: os.environ.get(k) for k in RUN_ENV if not k.startswith("RAY_")}
+        self.loaded = False  # stage 2 done (or given up)
+
+    def serve(self) -> None:
+        from trainctl.import_cost import skip_for_run
+
+        skip_for_run()  # what the run's processes leave out (verl's plugin does the same in each)
+        failed = _import(self.libraries)
+        if failed:
+            _log("not preloaded: " + "; ".join(failed))
+        while True:
+            ready, _, _ = select.select([self.listener], [], [], _POLL_S)
+            self._reap()
+            if not self.loaded and (raylet := _raylet_pid()):
+                # before any worker: the first then needs no imports of its own either
+                self._load_workers({**os.environ, "RAY_RAYLET_PID": str(raylet), "RAY_JOB_ID": FIRST_JOB_ID})
+            if ready:
+                self._answer()
+
+    def _answer(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            conn.settimeout(10.0)  # a client that sends nothing must not hold up the others
+            request, fds = _read_request(conn)
+            conn.settimeout(None)
+            env = request["env"]
+            differs = [k for k, v in self.run_env.items() if env.get(k) != v]
+            if len(fds) != 3 or differs:
+                _log(f"declined a worker ({', '.join(differs) or 'no streams'} differs): it starts as a fresh Python")
+                conn.sendall(struct.pack("!i", 0))
+                conn.close()
+                return
+            pid = self._fork(request, fds, conn)
+            conn.sendall(struct.pack("!i", pid))
+            self.waiting[pid] = conn
+        except (OSError, ValueError, KeyError, ConnectionError) as e:
+            _log(f"a request failed: {e}")
+            with contextlib.suppress(OSError):
+                conn.close()
+            return
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if not self.loaded:
+            self._load_workers(env)
+
+    def _load_workers(self, env: dict[str, str]) -> None:
+        """Stage 2, under the environment of the run's workers: Ray and verl, whose imports read it."""
+        self.loaded = True
+        os.environ.clear()
+        os.environ.update(env)
+        self.run_env.update({k: env.get(k) for k in RUN_ENV})
+        started = time.monotonic()
+        failed = _import(self.workers)
+        if failed:
+            _log("not preloaded: " + "; ".join(failed))
+        _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s")
+
+    def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:
+            self.listener.close()
+            conn.close()
+            for other in self.waiting.values():
+                other.close()
+            _become_worker(request, fds)
+            import runpy
+
+            runpy.run_path(request["argv"][0], run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.waiting.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+                conn.close()
+
+
+def _raylet_pid() -> int | None:
+    """The raylet the driver (this server's parent) has started, once it has."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(os.getppid()).children():
+            if child.name() == "raylet":
+                return child.pid
+    return None
+
+
+def _become_worker(request: dict, fds: list[int]) -> None:
+    """In the fork: the worker's streams, environment, directory and arguments, and what a fresh process would have
+    fresh (random state, Ray's config)."""
+    import random
+    import signal
+
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [signal.Signals(s) for s in request.get("sigmask", [])])
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if "ray._raylet" in sys.modules:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")  # Ray's config entries from this worker's environment (its internal flags match)
+        AuthenticationTokenLoader.instance().reset_cache()
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        _follow_omp_threads(sys.modules["torch"])
+    argv = request["argv"]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+
+
+def _follow_omp_threads(torch) -> None:
+    """torch's thread count as a fresh worker's: torch fixed it as the server imported it, and reads no later
+    OMP_NUM_THREADS, which Ray sets for each worker before its first task (one thread for an actor with no CPUs of its
+    own) where the environment has none (ray._private.utils.set_omp_num_threads_if_unset)."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+        return
+    import ray._private.utils as ray_utils
+
+    set_if_unset = ray_utils.set_omp_num_threads_if_unset
+
+    def set_omp_num_threads_if_unset() -> bool:
+        changed = set_if_unset()
+        if changed:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        return changed
+
+    ray_utils.set_omp_num_threads_if_unset = set_omp_num_threads_if_unset
+
+
+def start(libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WORKER_MODULES) -> str:
+    """Fork the server, which ends with this process; its name, set in this process's environment (TRAINCTL_FORKSERVER)
+    for the processes it starts (the raylet, and Ray's clients through it)."""
+    name = f"trainctl-forkserver-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)  # abstract: nothing on disk
+    listener.listen(64)
+    os.environ[SERVER_VAR] = name
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() == 0:
+        # in this process's group, as Ray's raylet and workers are: what stops the run's group stops it too
+        _die_with_parent()
+        try:
+            Server(listener, libraries, workers).serve()
+        finally:
+            os._exit(0)
+    listener.close()
+    return name
+
+
+def main(argv: list[str]) -> None:
+    """`python -m trainctl.runtime.forkserver -- COMMAND...`: start the server, then become COMMAND."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise SystemExit("usage: python -m trainctl.runtime.forkserver -- COMMAND [ARGS...]")
+    start()
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,74 @@
+"""trainctl's fork server for a CPU run's Ray workers (trainctl.runtime.forkserver), driven as Ray drives it: each
+worker starts as `PYTHON -S forkserver_client.py WORKER ARGS` (tests/runtime/forkserver_harness.py). The real thing,
+with Ray and verl, is every GRPO run of the suite (hardware=cpu forks its workers): tests/launch/test_ppo.py checks
+one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+HARNESS = Path(__file__).with_name("forkserver_harness.py")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    out = tmp_path_factory.mktemp("forkserver")
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), str(out)], capture_output=True, text=True, timeout=180, cwd=out
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["by_case"] = {r["case"]: r for r in report["results"]}
+    report["stdout"], report["stderr"] = proc.stdout, proc.stderr
+    return report
+
+
+def test_a_worker_is_a_fork_of_the_server_with_its_own_arguments_environment_and_directory(served, tmp_path):
+    first = served["by_case"]["first"]
+    server = first["ppid"]
+    assert server not in (first["client_pid"], served["driver"])  # the server's child, not the client's
+    assert first["preloaded"] and first["main"] == "__main__"
+    assert first["argv"][1:] == ["exit=3"] and first["worker_var"] == "one"
+    assert first["cwd"] == str(Path(first["argv"][0]).parent)
+    # its exit code is its client's, which is what Ray's raylet started and watches
+    assert first["client_code"] == 3
+    # its standard streams are its client's
+    assert f"worker {first['pid']} says hello" in served["stdout"]
+
+
+def test_the_server_loads_the_workers_modules_once_the_first_has_asked(served):
+    by_case = served["by_case"]
+    assert not by_case["first"]["second_stage"]  # forked before: it imports them itself
+    assert by_case["second"]["second_stage"] and by_case["second"]["ppid"] == by_case["first"]["ppid"]
+    assert by_case["second"]["worker_var"] == "two"  # each worker has its own environment, not the first's
+
+
+def test_a_worker_whose_imports_would_differ_or_that_finds_no_server_starts_as_a_fresh_python(served):
+    for case in ("other_path", "no_server"):
+        fresh = served["by_case"][case]
+        assert fresh["pid"] == fresh["client_pid"], case  # the client became the worker (exec)
+        assert not fresh["preloaded"] and fresh["client_code"] == 0
+    assert "declined a worker (PYTHONPATH differs)" in served["stderr"]
+
+
+def test_a_signal_to_the_client_reaches_its_worker_and_the_client_ends_as_the_worker_did(served):
+    stopped = served["by_case"]["terminated"]
+    assert stopped["ppid"] != stopped["client_pid"]
+    assert stopped["client_code"] == -15  # SIGTERM, passed on and reported as the worker's own end
+    assert not psutil.pid_exists(stopped["pid"]) or psutil.Process(stopped["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_server_ends_with_its_driver(served):
+    server = served["by_case"]["first"]["ppid"]
+    # the harness (the driver) has exited: the server was told to follow it (PR_SET_PDEATHSIG)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(server) and psutil.Process(server).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the fork server outlived its driver"
+        time.sleep(0.1)
