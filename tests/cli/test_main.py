@@ -58,6 +58,28 @@ def test_every_command_shows_examples(command, cli):
     assert "[bold]" not in out and "[cyan]" not in out, "help is plain text: no markup shown literally"
 
 
+def test_the_root_builds_each_command_when_asked_as_typer_builds_them_all():
+    """command() builds the root's commands one by one, on demand: every command's help is the same as in the tree
+    Typer builds at once, and the root's own help builds none of them."""
+    import typer.main
+
+    from trainctl.cli.main import app, command
+
+    def helps(cmd, path, out):
+        ctx = cmd.make_context(" ".join(["trainctl", *path]), [], resilient_parsing=True)
+        out[" ".join(path)] = cmd.get_help(ctx)
+        for name in cmd.list_commands(ctx) if hasattr(cmd, "list_commands") else []:
+            helps(cmd.get_command(ctx, name), [*path, name], out)
+        return out
+
+    lazy = command.__wrapped__()  # a root of its own: this process's may have built some already
+    ctx = lazy.make_context("trainctl", [], resilient_parsing=True)
+    root_help = lazy.get_help(ctx)
+    assert not lazy.commands.built, "the root's help built a command"
+    assert helps(lazy, [], {}) == helps(typer.main.get_command(app), [], {})
+    assert root_help == lazy.get_help(ctx)
+
+
 def test_version(cli):
     from trainctl import __version__
 
