@@ -76,14 +76,16 @@ def file_version(path: Path) -> tuple | None:
     return str(real), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
 
 
-def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[], Any]) -> Any:
-    """`compute()`, an answer read from `files` (and from `key`, its other inputs, as a repr-able value), kept as
-    JSON in the cache folder under `kind/` per version of every file: list the modules that compute it among the
-    files, so that a changed check is not answered by its old self. A damaged entry is computed again. Not kept:
-    None, an answer computed while a file changed, and one from a file written in the last seconds (a rewrite
-    within the file system's clock tick keeps its size and time: git's "racy" files)."""
+def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[], Any], pickled: bool = False) -> Any:
+    """`compute()`, an answer read from `files` (and from `key`, its other inputs, as a repr-able value), kept in
+    the cache folder under `kind/` per version of every file, as JSON (or pickled: data JSON would change, such as a
+    YAML file's integer keys): list the modules that compute it among the files, so that a changed check is not
+    answered by its old self. A damaged entry is computed again. Not kept: None, an answer computed while a file
+    changed, and one from a file written in the last seconds (a rewrite within the file system's clock tick keeps
+    its size and time: git's "racy" files)."""
     import hashlib
     import json
+    import pickle
     import time
 
     versions = [file_version(f) for f in files]
@@ -91,13 +93,14 @@ def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[
         return compute()
     entry = cache_dir() / kind / hashlib.sha1(repr((versions, key)).encode()).hexdigest()[:24]
     try:
-        return json.loads(entry.read_text())["answer"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = entry.read_bytes()
+        return pickle.loads(data) if pickled else json.loads(data)["answer"]
+    except Exception:  # not there, or damaged in any way: computed again
         pass
     answer = compute()
     settled = time.time_ns() - _SETTLED_NS
     if answer is not None and [file_version(f) for f in files] == versions and all(v[2] < settled for v in versions):
-        atomic_write_text(entry, json.dumps({"answer": answer}))
+        atomic_write_bytes(entry, pickle.dumps(answer) if pickled else json.dumps({"answer": answer}).encode())
     return answer
 
 

@@ -11,9 +11,10 @@ from trainctl.config.load import load
 
 
 @pytest.fixture
-def parses(monkeypatch) -> list[str]:
-    """trainctl's config files parsed from now on (the per-process parses start empty; Hydra's own package
-    configs, which it reads itself, are not counted)."""
+def parses(monkeypatch, tmp_path) -> list[str]:
+    """trainctl's config files parsed from now on (the per-process parses and the cache folder's start empty;
+    Hydra's own package configs, which it reads itself, are not counted)."""
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "parses-cache"))
     seen: list[str] = []
     real = yaml_files.yaml.load
 
@@ -38,6 +39,22 @@ def test_a_file_is_parsed_once_and_again_when_it_changes(tmp_path, parses):
     f.write_text("name: two\n")
     assert yaml_files.config_file(str(f))[1] == {"name": "two"}
     assert parses == [str(f), str(f)]
+
+
+def test_the_next_process_reads_a_file_parsed_before_from_the_cache_folder(tmp_path, parses):
+    f = tmp_path / "option.yaml"
+    f.write_text("name: one\n1: an integer key\n")
+    os.utime(f, ns=(10**18, 10**18))  # written long enough ago: no rewrite within the clock's tick can hide
+    assert yaml_files.config_file(str(f))[1] == {"name": "one", 1: "an integer key"}
+    yaml_files._CONFIG_FILES.clear()  # a new process
+    assert yaml_files.config_file(str(f))[1] == {"name": "one", 1: "an integer key"}
+    assert parses == [str(f)]
+    f.write_text("name: two\n")  # written just now: read, and not kept (it may change again within the tick)
+    yaml_files._CONFIG_FILES.clear()
+    assert yaml_files.config_file(str(f))[1] == {"name": "two"}
+    yaml_files._CONFIG_FILES.clear()
+    assert yaml_files.config_file(str(f))[1] == {"name": "two"}
+    assert parses == [str(f), str(f), str(f)]
 
 
 def test_compositions_parse_each_file_once_and_see_the_users_edits(isolated, parses):

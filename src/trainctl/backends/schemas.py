@@ -99,6 +99,7 @@ def _locate(dotted: str):
 
 
 _MEMO: dict[str, BackendSchemas] = {}
+_BY_FILES: dict[tuple[str, int], BackendSchemas] = {}  # (verl's config folder, its newest file's time) -> schemas
 
 
 def verl_config_dir() -> Path:
@@ -116,6 +117,11 @@ def verl_schemas() -> BackendSchemas:
     """Every dataclass a `_target_` in verl's config folder names, with the ones their fields name."""
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
+    known = _BY_FILES.get((str(d), stamp))
+    if known is not None:
+        # read in this process for these files (another verl writes other files): a plan asks once per key it
+        # checks, and reading verl's version from its metadata costs more than the rest (~1.5 ms)
+        return known
     portable = repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES))
     key = repr((portable, str(d), stamp))
     if key not in _MEMO:
@@ -142,6 +148,7 @@ def verl_schemas() -> BackendSchemas:
             return out
 
         _MEMO[key] = _cached("verl", key, portable, build)
+    _BY_FILES[(str(d), stamp)] = _MEMO[key]
     return _MEMO[key]
 
 
@@ -224,6 +231,8 @@ def _fresh_cache():
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["TRAINCTL_CACHE"] = tmp
             SHIPPED = Path(tmp) / "none"
+            _MEMO.clear()
+            _BY_FILES.clear()
             try:
                 yield
             finally:
@@ -233,6 +242,7 @@ def _fresh_cache():
                 else:
                     os.environ["TRAINCTL_CACHE"] = old
                 _MEMO.clear()
+                _BY_FILES.clear()
 
     return ctx()
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import pickle
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from trainctl import paths
 
 # per file version, (real path, mtime, size) -> (its first 512 characters, its content pickled)
 _CONFIG_FILES: dict[tuple, tuple[str, bytes]] = {}
@@ -21,6 +24,7 @@ def config_file(path: str, header_of=lambda text: {}) -> tuple[dict, Any]:
     """(header, content) of one of trainctl's config files, read as Hydra reads it (OmegaConf's YAML loader),
     parsed once per process and file version. The content is the loader's plain data, a fresh copy for each
     caller; the header is Hydra's (`# @package ...`), read by `header_of` from the file's first 512 characters."""
+    import omegaconf.version
     from omegaconf._utils import get_yaml_loader
 
     real = os.path.realpath(path)
@@ -28,10 +32,16 @@ def config_file(path: str, header_of=lambda text: {}) -> tuple[dict, Any]:
     key = (real, st.st_mtime_ns, st.st_size)
     known = _CONFIG_FILES.get(key)
     if known is None:
-        with open(real, encoding="utf-8") as f:  # parsed from the file: a syntax error names it
-            head = f.read(512)
-            f.seek(0)
-            known = (head, pickle.dumps(yaml.load(f, Loader=get_yaml_loader())))
+
+        def parse() -> tuple[str, bytes]:
+            with open(real, encoding="utf-8") as f:  # parsed from the file: a syntax error names it
+                head = f.read(512)
+                f.seek(0)
+                return head, pickle.dumps(yaml.load(f, Loader=get_yaml_loader()))
+
+        # and in the cache folder, for the next process: parsing a mapping table (conf/mapping/) costs a plan ~10 ms
+        loader = ("omegaconf", omegaconf.version.__version__, yaml.__version__)
+        known = paths.memo_on_files("yaml", [Path(real)], loader, parse, pickled=True)
         if len(_CONFIG_FILES) > 4096:
             _CONFIG_FILES.clear()
         _CONFIG_FILES[key] = known
