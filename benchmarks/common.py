@@ -49,14 +49,15 @@ def run_once(argv: list[str], env: dict[str, str], cwd: Path, expect: int | None
     return elapsed
 
 
-def interleaved(commands: dict[str, tuple[list[str], int | None]], env, cwd, n: int) -> dict[str, float]:
-    """Median wall time of each command, run alternately n times each (after one warm-up run each)."""
-    for argv, expect in commands.values():
-        run_once(argv, env, cwd, expect)
+def interleaved(commands: dict[str, tuple], env, cwd, n: int) -> dict[str, float]:
+    """Median wall time of each command, run alternately n times each (after one warm-up run each). A command is
+    (argv, expected exit code) or (argv, expected exit code, its own environment)."""
+    for argv, expect, *own in commands.values():
+        run_once(argv, own[0] if own else env, cwd, expect)
     times: dict[str, list[float]] = {k: [] for k in commands}
     for _ in range(n):
-        for name, (argv, expect) in commands.items():
-            times[name].append(run_once(argv, env, cwd, expect))
+        for name, (argv, expect, *own) in commands.items():
+            times[name].append(run_once(argv, own[0] if own else env, cwd, expect))
     return {k: statistics.median(v) for k, v in times.items()}
 
 
