@@ -81,8 +81,8 @@ def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[
     the cache folder under `kind/` per version of every file, as JSON (or pickled: data JSON would change, such as a
     YAML file's integer keys): list the modules that compute it among the files, so that a changed check is not
     answered by its old self. A damaged entry is computed again. Not kept: None, an answer computed while a file
-    changed, and one from a file written in the last seconds (a rewrite within the file system's clock tick keeps
-    its size and time: git's "racy" files)."""
+    changed, and one computed within a tick of the file system's clock after a file was written (a rewrite within
+    that tick could keep its size and time: git's "racy" files)."""
     import hashlib
     import json
     import pickle
@@ -98,10 +98,15 @@ def memo_on_files(kind: str, files: list[Path], key: object, compute: Callable[[
     except Exception:  # not there, or damaged in any way: computed again
         pass
     answer = compute()
-    settled = time.time_ns() - _SETTLED_NS
-    if answer is not None and [file_version(f) for f in files] == versions and all(v[2] < settled for v in versions):
+    now = time.time_ns()
+    unchanged = [file_version(f) for f in files] == versions
+    if answer is not None and unchanged and all(_settled(v[2], now) for v in versions):
         atomic_write_bytes(entry, pickle.dumps(answer) if pickled else json.dumps({"answer": answer}).encode())
     return answer
 
 
-_SETTLED_NS = 2_000_000_000
+def _settled(mtime_ns: int, now_ns: int) -> bool:
+    """Whether a file was written at least a tick of its file system's clock before `now`: a few milliseconds on
+    most; two seconds on those whose times are whole seconds."""
+    tick = 2_000_000_000 if mtime_ns % 1_000_000_000 == 0 else 50_000_000
+    return mtime_ns < now_ns - tick

@@ -49,7 +49,8 @@ def test_the_next_process_reads_a_file_parsed_before_from_the_cache_folder(tmp_p
     yaml_files._CONFIG_FILES.clear()  # a new process
     assert yaml_files.config_file(str(f))[1] == {"name": "one", 1: "an integer key"}
     assert parses == [str(f)]
-    f.write_text("name: two\n")  # written just now: read, and not kept (it may change again within the tick)
+    f.write_text("name: two\n")
+    os.utime(f, ns=(4 * 10**18 + 1, 4 * 10**18 + 1))  # as if written this very tick: read, and not kept
     yaml_files._CONFIG_FILES.clear()
     assert yaml_files.config_file(str(f))[1] == {"name": "two"}
     yaml_files._CONFIG_FILES.clear()

@@ -14,17 +14,19 @@ def _entries(cache) -> list:
     return sorted((cache / "rows").iterdir()) if (cache / "rows").is_dir() else []
 
 
-def _settle(path) -> None:
-    old = time.time() - 60
-    os.utime(path, (old, old))
+def _settle(path, seconds: float = -60) -> None:
+    """The file's time moved: long before now (settled), or after now (as written this very tick)."""
+    when = time.time() + seconds
+    os.utime(path, (when, when))
 
 
 def test_a_row_count_is_cached_per_file_version_and_a_damaged_entry_counted_again(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("TRAINCTL_CACHE", str(cache))
     path = write_parquet(tmp_path / "train.parquet", [{"x": i} for i in range(5)])
+    _settle(path, +60)
     assert parquet_rows(str(path)) == 5
-    assert _entries(cache) == []  # a file written this very second may be rewritten within the same clock tick
+    assert _entries(cache) == []  # a file written this very tick may be rewritten within it, keeping its time
     _settle(path)
     assert parquet_rows(str(path)) == 5
     (entry,) = _entries(cache)
