@@ -58,6 +58,18 @@ def test_the_next_process_reads_a_file_parsed_before_from_the_cache_folder(tmp_p
     assert parses == [str(f), str(f), str(f)]
 
 
+def test_a_parse_this_process_holds_is_written_to_a_new_cache_folder_too(tmp_path, parses, monkeypatch):
+    """As the compositions (trainctl.paths.keep_cached): the processes launched for another cache folder's owner
+    (a test's run, a server's home) find it there."""
+    f = tmp_path / "option.yaml"
+    f.write_text("name: one\n")
+    os.utime(f, ns=(10**18, 10**18))
+    yaml_files.config_file(str(f))
+    monkeypatch.setenv("TRAINCTL_CACHE", str(tmp_path / "another"))
+    assert yaml_files.config_file(str(f))[1] == {"name": "one"}
+    assert parses == [str(f)] and len(list((tmp_path / "another" / "yaml").iterdir())) == 1
+
+
 def test_compositions_parse_each_file_once_and_see_the_users_edits(isolated, parses):
     """Hydra reads trainctl's folders through the cache during a trainctl composition (the compositions below skip
     the disk cache of whole compositions: each composes anew), and an edited option file is read again."""
