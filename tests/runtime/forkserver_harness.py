@@ -2,8 +2,9 @@
 Ray does (`PYTHON -S forkserver_client.py WORKER ARGS`, with the driver's environment and the worker's own additions)
 and prints what each worker and its client reported, one JSON line per case.
 
-The server preloads a small library (fractions) and, as its second stage, a module nothing else imports
-(email.mime.text): the cases tell a fork before the second stage from one after it, and a fork from a fresh Python.
+The server preloads a small library (fractions) and, as its second stage, a module with a Ray actor class
+(forkserver_remote, which imports Ray): the cases tell a fork before the second stage from one after it, and a fork
+from a fresh Python, and compare the Ray IDs the forks draw.
 """
 
 import json
@@ -15,7 +16,7 @@ import time
 
 from trainctl.runtime import forkserver
 
-SECOND_STAGE = "email.mime.text"
+SECOND_STAGE = "forkserver_remote"
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_worker.py")
 out_dir = sys.argv[1]
 
@@ -41,6 +42,7 @@ def run(case: str, env: dict | None = None, signal_after: float | None = None, *
 results = [
     run("first", {"WORKER_VAR": "one"}, None, "exit=3"),
     run("second", {"WORKER_VAR": "two"}, None, "exit=0"),
+    run("third", {"WORKER_VAR": "three"}, None, "exit=0"),
     # what the server's imports read differs (its Python path): a fresh Python, as without the server
     run("other_path", {"PYTHONPATH": out_dir}, None, "exit=0"),
     run("no_server", {forkserver.SERVER_VAR: ""}, None, "exit=0"),

@@ -12,10 +12,14 @@ facts = {
     "argv": sys.argv[1:],
     "cwd": os.getcwd(),
     "worker_var": os.environ.get("WORKER_VAR"),
-    "second_stage": "email.mime.text" in sys.modules,
+    "second_stage": "forkserver_remote" in sys.modules,
     "preloaded": "fractions" in sys.modules,
     "main": __name__,
 }
+if "ray._raylet" in sys.modules:
+    from ray._raylet import ObjectID
+
+    facts["ray_id"] = ObjectID.from_random().hex()
 print(f"worker {facts['pid']} says hello", flush=True)  # its stdout is the client's
 with open(report + ".tmp", "w") as f:
     json.dump(facts, f)

@@ -50,6 +50,14 @@ def test_the_server_loads_the_workers_modules_once_the_first_has_asked(served):
     assert by_case["second"]["worker_var"] == "two"  # each worker has its own environment, not the first's
 
 
+def test_forks_draw_distinct_ray_ids_though_the_server_defined_ray_actor_classes(served):
+    """Ray seeds its ID generator once a process, from a pool a fork copies: a worker forked after the server drew an
+    ID would draw its siblings' IDs (duplicate task IDs crash the actor they call). The server's imports draw none."""
+    ids = [served["by_case"][case]["ray_id"] for case in ("second", "third", "terminated")]
+    assert len(set(ids)) == 3, ids
+    assert "ID generator was seeded" not in served["stderr"]
+
+
 def test_a_worker_whose_imports_would_differ_or_that_finds_no_server_starts_as_a_fresh_python(served):
     for case in ("other_path", "no_server"):
         fresh = served["by_case"][case]

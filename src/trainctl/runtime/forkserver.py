@@ -234,9 +234,13 @@ class Server:
         os.environ.update(env)
         self.run_env.update({k: env.get(k) for k in RUN_ENV})
         started = time.monotonic()
-        failed = _import(self.workers)
+        with _ray_ids_from_urandom():
+            failed = _import(self.workers)
         if failed:
             _log("not preloaded: " + "; ".join(failed))
+        if "ray._raylet" in sys.modules and not _ray_ids_differ_across_forks():
+            self.run_env["RAY_JOB_ID"] = "(Ray's ID generator was seeded before forking)"  # declines every worker
+            _log("Ray's ID generator was seeded in the server: its workers would share IDs; each starts fresh")
         _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s")
 
     def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int:
@@ -281,6 +285,46 @@ class Server:
                 with contextlib.suppress(OSError):
                     conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
                 conn.close()
+
+
+@contextlib.contextmanager
+def _ray_ids_from_urandom():
+    """Ray's random IDs drawn from os.urandom while the server imports: its own generator (absl's, in C++) is seeded
+    once a process from a pool that forks copy, so workers forked after the server drew one would draw the same IDs
+    (two agent-loop workers' calls then collide in the actor they both call: "Check failed: erased == 1"). Each
+    `@ray.remote` class defined by a module draws one (ray.actor: ActorClassID.from_random())."""
+    import ray.actor
+
+    real = ray.actor.ActorClassID
+
+    class ActorClassID:
+        @staticmethod
+        def from_random():
+            return real(os.urandom(real.size()))
+
+    ray.actor.ActorClassID = ActorClassID
+    try:
+        yield
+    finally:
+        ray.actor.ActorClassID = real
+
+
+def _ray_ids_differ_across_forks() -> bool:
+    """Whether two forks of this process draw different Ray IDs (they do unless this process has drawn one)."""
+    from ray._raylet import ObjectID
+
+    drawn = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, ObjectID.from_random().binary())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        drawn.append(os.read(read, 64))
+        os.close(read)
+    return drawn[0] != drawn[1]
 
 
 def _raylet_pid() -> int | None:
