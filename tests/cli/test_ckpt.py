@@ -13,3 +13,11 @@ def test_merge_refuses_what_is_not_a_checkpoint(cli, tmp_path):
     result = cli("ckpt", "merge", str(tmp_path / "empty"))
     assert result.exit_code == 1
     assert "Error:" in result.stderr
+
+
+def test_export_refuses_what_is_not_a_checkpoint_and_needs_a_format(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = cli("ckpt", "export", str(tmp_path / "empty"), "--to", "gguf")
+    assert result.exit_code == 1 and "is not a checkpoint trainctl knows" in result.stderr
+    no_format = cli("ckpt", "export", str(tmp_path / "empty"))
+    assert no_format.exit_code == 2 and "--to" in no_format.stderr

@@ -52,6 +52,8 @@ _NOT_COPIED = {
     "trainer_state.json",
     "training_args.bin",
     "scheduler.pt",
+    # the base model's card: the merged model gets its own (trainctl.ckpt.card)
+    "README.md",
 }
 
 
@@ -259,7 +261,7 @@ def plan_merge(
         plan.bytes += s.numel * (DTYPES[resolved].itemsize if s.dtype.is_floating_point else s.dtype.itemsize)
     if dtype == "auto":
         plan.notes.append(f"dtype auto: keeping the trained dtype {resolved}")
-    _check_room(plan, _extras(_extra_dirs(plan)))
+    _check_room(plan, _extras(source_dirs(plan)))
     return plan, source, lora, config
 
 
@@ -439,7 +441,8 @@ def check_architecture(folder: Path, names: set[str], shapes: dict[str, tuple]) 
         )
 
 
-def _extra_dirs(plan: MergePlan) -> list[Path]:
+def source_dirs(plan: MergePlan) -> list[Path]:
+    """The folders a merge takes its non-weight files from (tokenizer, chat template), a later one's file winning."""
     dirs = [plan.base] if plan.base else []
     dirs += [d for d in (plan.part.hf_dir, plan.part.path) if d is not None]
     return list(dict.fromkeys(dirs))
@@ -496,8 +499,9 @@ def merge(
         if skip:
             config["tie_word_embeddings"] = True
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        for f in _extras(_extra_dirs(plan)):
+        for f in _extras(source_dirs(plan)):
             shutil.copy2(f, tmp / f.name)
+        _write_card(plan, tmp)
         verify_written(source, names, files, target)
         check_architecture(tmp, set(names), {n: source.specs[n].shape for n in names})
         changed = _lora_changed(source, lora, plan.base, names, files, target) if lora is not None else 0
@@ -515,6 +519,19 @@ def merge(
         raise
     files = [plan.out / f.name for f in files]
     return MergeResult(plan, files, time.monotonic() - start, changed)
+
+
+def _write_card(plan: MergePlan, folder: Path) -> None:
+    """The merged model's card (README.md): its run, lineage, settings and metrics."""
+    from trainctl.ckpt.card import card, origin, write_ours
+
+    o = origin(plan.checkpoint, base_dir=plan.base)
+    usage = [
+        f"trainctl chat {plan.out}                   # talk to it",
+        f"trainctl train model.path={plan.out} ...   # train on from it",
+        f"trainctl ckpt export {plan.out} --to gguf  # a GGUF file for llama.cpp, Ollama and LM Studio",
+    ]
+    write_ours(folder / "README.md", card(o, "merge", usage=usage))
 
 
 def _lora_changed(source, lora: Lora, base_dir, names, files, dtype) -> int:

@@ -204,6 +204,74 @@ def merge(
     epilog="""\
 \b
 Examples:
+  trainctl ckpt export runs/quickstart --to gguf                 the latest step, f16, beside it in global_step_N-gguf/
+  trainctl ckpt export runs/grpo --to gguf --dtype q8_0 --out models/grpo.gguf
+  trainctl ckpt export ~/.trainctl/models/tiny --to gguf --dtype f32   a Hugging Face folder
+  trainctl ckpt export runs/dpo-lora --to gguf --dry-run         what would be written (LoRA runs are merged first)
+Beside the file: NAME.verification.json (llama.cpp's verdict), README.md (the model card) and an Ollama Modelfile.
+""",
+)
+def export(
+    target: _Target,
+    to: Annotated[str, typer.Option("--to", help="the format: gguf (llama.cpp, Ollama, LM Studio)")],
+    dtype: Annotated[str, typer.Option("--dtype", help="f32, f16, bf16 or q8_0 (8-bit)")] = "f16",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="a .gguf file, or a folder (default: beside the step)")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing file")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify/--no-verify", help="check the file with llama.cpp (xllamacpp) before keeping it")
+    ] = True,
+    dry_run: DryRun = False,
+) -> None:
+    """Export a checkpoint as a GGUF file for llama.cpp, Ollama and LM Studio: merged first where needed (as `ckpt
+    merge`), written to a staging file, checked by llama.cpp itself (tokenizer, chat template, greedy answers against
+    trainctl's) and only then renamed into place, with a model card and an Ollama Modelfile beside it."""
+    from trainctl.ckpt.export import export as run_export
+    from trainctl.ckpt.export import plan_export
+    from trainctl.models.memory import count
+
+    plan = plan_export(target, to, dtype, out, force, verify)
+    c = plan.checkpoint
+    step = f", step {c.step}" if c.step is not None else ""
+    typer.echo(
+        f"Exporting {c.path} ({c.layout}{step}) to GGUF {plan.dtype}: {plan.arch.hf} as {plan.arch.name}", err=True
+    )
+    typer.echo(f"  pre-tokenizer {plan.pre}, {plan.pre_how}", err=True)
+    for note in plan.notes:
+        typer.echo(f"  {note}", err=True)
+    if plan.unverified and plan.unverified != "--no-verify":
+        typer.echo(f"  not verified: {plan.unverified}", err=True)
+    summary = f"{count(plan.params)} parameters, about {_size(plan.bytes)} as {plan.dtype}"
+    if dry_run:
+        check = "verified by llama.cpp" if plan.unverified is None else f"not verified ({plan.unverified})"
+        typer.echo(f"Would write {plan.out}: {summary}, {check}")
+        return
+    with byte_progress("writing") as progress:
+        if progress:
+            progress(0, total=plan.bytes)
+        done = run_export(plan, progress=progress, status=lambda s: typer.echo(f"  {s}", err=True))
+    w = done.written
+    types = ", ".join(f"{n} {t}" for t, n in sorted(w.types.items(), key=lambda kv: -kv[1]))
+    typer.echo(f"Wrote {done.path}: {_size(w.bytes)}, {w.tensors} tensors ({types}) in {done.seconds:.1f} s")
+    if done.verdict is not None:
+        typer.echo(f"Verified by llama.cpp ({done.verdict.verifier}, {done.verdict.seconds:.1f} s):")
+        for line in done.verdict.lines():
+            typer.echo(f"  {line}")
+    else:
+        typer.echo(f"Not verified: {plan.unverified}")
+    if done.beside:
+        typer.echo(f"Beside it: {', '.join(p.name for p in done.beside)}")
+    for note in done.notes:
+        typer.echo(f"  {note}", err=True)
+    ollama = f"cd {done.path.parent} && ollama create {plan.name.lower()} -f Modelfile"
+    typer.echo(f"Run it: llama-server -m {done.path}   |   {ollama}")
+
+
+@app.command(
+    epilog="""\
+\b
+Examples:
   trainctl ckpt best runs/quickstart --metric train/loss       lowest train/loss (losses are minimised)
   trainctl ckpt best runs/grpo --metric critic/score/mean      highest mean reward (others are maximised)
   trainctl ckpt best out/dpo --metric eval_loss --mode min
