@@ -215,16 +215,19 @@ def slurm_checks(cfg: Config) -> list[Check]:
 def join_checks(plan: Plan) -> list[Check]:
     """A cluster the driver joins (ray_cluster): its alive nodes, from its GCS, against what the run puts on each (the
     launch's own check, trainctl.launchers.ray_cluster)."""
-    from trainctl.launchers.capacity import describe, ray_nodes
+    from trainctl.launchers.capacity import beside, describe, place, ray_nodes
 
     hw = plan.cfg.hardware
     problems = launchers.get(hw.launcher).preflight(plan)
     if problems and problems[0].key == "hardware.ray_address":  # unreachable
         return [Check(f"hardware={hw.name}", "fail", problems[0].message)]
-    out = [Check("Ray cluster", "ok", f"{hw.ray_address}: {describe(ray_nodes(str(hw.ray_address)))}")]
+    nodes = ray_nodes(str(hw.ray_address))
+    out = [Check("Ray cluster", "ok", f"{hw.ray_address}: {describe(nodes)}")]
     for p in problems:
         out.append(Check(p.key or f"hardware={hw.name}", "fail", p.message + (f" ({p.hint})" if p.hint else "")))
     if not problems:
-        want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'process(es)' if hw.device == 'cpu' else 'GPU(s)'}"
-        out.append(Check(f"hardware={hw.name}", "ok", f"wants {want}: the cluster has room"))
+        gpu = hw.device != "cpu"
+        want = f"{hw.nnodes} node(s) x {hw.gpus_per_node} {'GPU(s)' if gpu else 'process(es)'}"
+        placed = place(nodes, hw.nnodes, hw.gpus_per_node, beside(plan.cfg), gpu).words(gpu)
+        out.append(Check(f"hardware={hw.name}", "ok", f"wants {want}: the cluster has room ({placed})"))
     return out

@@ -1,8 +1,8 @@
 """A real two-node Ray cluster on this machine for the tests: a head and a second node (`ray start --address`), each
-with its own ports on loopback (free ports the OS hands out, outside Ray's worker range 10002-19999) and 4 logical
-CPUs, started from the venv (a job's `python` is the one on the PATH `ray start` had) and stopped by PID: never
-`ray stop`, which would stop every Ray on the machine. Run as `python -m tests.launchers.ray_nodes DIR` it starts
-one by hand and prints its address."""
+with its own ports on loopback (free ports the OS hands out, outside Ray's worker range 10002-19999) and its logical
+CPUs (CPUS: 3 and 1), started from the venv (a job's `python` is the one on the PATH `ray start` had) and stopped by
+PID: never `ray stop`, which would stop every Ray on the machine. Run as `python -m tests.launchers.ray_nodes DIR`
+it starts one by hand and prints its address."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# logical CPUs a node offers: one training process, and verl's other actors (task runner, reward, agent loop,
-# storage), which may land on either node
-CPUS_PER_NODE = 4
+# logical CPUs of the head and of the second node: one training process on each, and verl's other actors (task
+# runner, reward, agent loop, storage: 2 CPUs) beside the head's; the small node is what issue 60's capacity check
+# must accept (it asked every node for the 3 CPUs only one needs)
+CPUS = (3, 1)
 _SERVICES = (
     "--node-manager-port",
     "--object-manager-port",
@@ -57,24 +58,25 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def start(home: Path, timeout: float = 300) -> RayNodes:
-    """Start the head, then the second node; return once both are alive (Ray's GCS says so)."""
+def start(home: Path, cpus: tuple[int, int] = CPUS, timeout: float = 300) -> RayNodes:
+    """Start the head, then the second node, with `cpus` logical CPUs each; return once both are alive (Ray's GCS
+    says so)."""
     home.mkdir(parents=True, exist_ok=True)
     ray = str(Path(sys.executable).parent / "ray")
     env = {**os.environ, "HOME": str(home), "PATH": f"{Path(ray).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(var, None)
     port, client, *ports = _free_ports(2 + 2 * len(_SERVICES))
-    common = ["--block", f"--num-cpus={CPUS_PER_NODE}", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+    common = ["--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
     head = [ray, "start", "--head", f"--port={port}", f"--ray-client-server-port={client}", "--include-dashboard=false"]
     head += [f"{k}={v}" for k, v in zip(_SERVICES, ports[: len(_SERVICES)], strict=True)]
     nodes = RayNodes(f"127.0.0.1:{port}", home)
     try:
-        nodes.procs.append(_start([*head, *common], env, home / "ray-head.log"))
+        nodes.procs.append(_start([*head, *common, f"--num-cpus={cpus[0]}"], env, home / "ray-head.log"))
         _wait(nodes, 1, timeout)
         second = [ray, "start", f"--address={nodes.address}"]
         second += [f"{k}={v}" for k, v in zip(_SERVICES, ports[len(_SERVICES) :], strict=True)]
-        nodes.procs.append(_start([*second, *common], env, home / "ray-node2.log"))
+        nodes.procs.append(_start([*second, *common, f"--num-cpus={cpus[1]}"], env, home / "ray-node2.log"))
         nodes.node_ids = _wait(nodes, 2, timeout)
         return nodes
     except BaseException:

@@ -40,18 +40,37 @@ def test_this_machine_is_one_node(cli, tiny_model, arith_data, no_processes):
 def test_a_cluster_that_cannot_host_the_run_is_refused_before_it_starts(
     cli, ray_two_nodes, tiny_model, arith_data, tmp_path
 ):
+    """Issue 60: the check places the run as it runs (a training process on each node, and the 2 CPUs TransferQueue's
+    controller and storage hold on the head, where the run pins them): the cluster of a 3-CPU head and a 1-CPU node
+    hosts hardware.nnodes=2 (each node asked for what it gets, not every node for 3 CPUs), and doctor says which node
+    gets what; two processes a node do not fit, and the refusal shows the placement that comes closest. The run
+    itself on this cluster: test_grpo_across_two_ray_nodes (slow)."""
     more = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=4", "run.name=too-many")
     assert more.exit_code == 1, more.output
     assert f"hardware.nnodes = 4: the Ray cluster at {ray_two_nodes.address} has 2 node(s) up." in more.stderr
-    wide = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.gpus_per_node=4", "run.name=too-wide")
+    wide = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2", "hardware.gpus_per_node=2", "run.name=wide")
     assert wide.exit_code == 1, wide.output
-    assert "puts 4 training process(es) on each of 1 node(s), and verl's other actors need 2 CPUs" in wide.stderr
-    assert "has 0 node(s) with 6 CPUs or more (CPUs a node: 4, 4)" in wide.stderr
+    said = " ".join(wide.stderr.split())
+    assert "puts 2 training process(es) on each of 2 node(s), and verl's TransferQueue actors (2 CPUs) on the head" in (
+        said
+    )
+    assert (
+        "(head, " in said
+        and "2 training processes + TransferQueue's actors (2 CPUs) = 4 of its 3 CPUs, 1 short" in said
+    )
+    assert "2 training processes = 2 of its 1 CPU, 1 short" in said
+    assert "Hint: hardware.gpus_per_node=1" in said
     assert not list((tmp_path / "work" / "runs").glob("*/logs/attempt-*.log")), "nothing started"
     fine = cli("doctor", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2")
     assert fine.exit_code == 0, fine.output
-    assert f"{ray_two_nodes.address}: 2 node(s): " in fine.stdout and "(4 CPUs)" in fine.stdout
-    assert "wants 2 node(s) x 1 process(es): the cluster has room" in fine.stdout
+    said = " ".join(fine.stdout.split())
+    assert f"{ray_two_nodes.address}: 2 node(s): " in said and "3 CPUs)" in said and "1 CPU)" in said
+    assert "wants 2 node(s) x 1 process(es): the cluster has room (" in said
+    first, second = said.split("the cluster has room (", 1)[1].split("; ", 1)
+    assert "(head, " in first and first.endswith(
+        ": 1 training process + TransferQueue's actors (2 CPUs) = 3 of its 3 CPUs"
+    )
+    assert "(head, " not in second and ": 1 training process = 1 of its 1 CPU)" in second, second
     short = cli("doctor", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=4")
     assert short.exit_code == 1 and "FAIL hardware.nnodes" in short.stdout, short.output
 

@@ -27,6 +27,14 @@ PINNED = {
     ("verl.single_controller.ray.base", "RayResourcePool.get_placement_groups"): (
         "0e5cc2df0de44516bbab36810f646df0bfc4305d4c117eb64e5f880b3ae71f23"
     ),
+    # TransferQueue 0.1.11's, created before the training's placement groups: its controller class is pinned through
+    # the function that creates it
+    ("transfer_queue.interface", "TransferQueueController"): (
+        "4a75f86c544eea7e23fcc14d9acad0e84c461984a4ad5474b309b85ad1368942"
+    ),
+    ("transfer_queue.storage.bootstrap.simple_storage_bootstrap", "get_node_round_robin_scheduling_strategies"): (
+        "88d4938bbc1a9dfe3b440e8ff190075f85c3492c9bf52d7fe3a2d7889f8758eb"
+    ),
     # a class from torch, replaced where verl uses it: pinned is verl's method that builds it
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
         "35b7b539858443e45894da2d9675fb5a1d7b2bbb7c7c8b35605b0746d3179213"
@@ -70,7 +78,10 @@ PINNED = {
     ),
 }
 # where a patched name is not a verl function, the verl code that uses it
-_PINNED_USER = {("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module"}
+_PINNED_USER = {
+    ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module",
+    ("transfer_queue.interface", "TransferQueueController"): "init",
+}
 
 
 def _source_digest(module: str, func: str) -> str:

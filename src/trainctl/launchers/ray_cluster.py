@@ -11,11 +11,6 @@ from trainctl.errors import Problem
 from trainctl.launchers import register
 from trainctl.launchers.local import Local
 
-# CPUs a node needs on cpu beside its PPO-family training processes: verl's task runner, reward, agent-loop and
-# storage actors go to any node (measured here: one process and 2 more; with 2 per node, the second node's were taken
-# before the training's placement group was placed, and the run waited for CPUs forever)
-CPU_BESIDE = 2
-
 
 @register("ray_cluster")
 class RayCluster(Local):
@@ -29,8 +24,9 @@ class RayCluster(Local):
 
     def preflight(self, plan) -> list[Problem]:
         """The cluster's alive nodes can host the run: hardware.nnodes of them, each with the GPUs (on cpu, the
-        CPUs) it puts there. The rollout engine is the cluster's."""
-        from trainctl.launchers.capacity import problems, ray_nodes
+        CPUs) it puts there, and on cpu the CPUs a PPO-family run's TransferQueue actors hold on the head
+        (trainctl.launchers.capacity.place). The rollout engine is the cluster's."""
+        from trainctl.launchers.capacity import beside, problems, ray_nodes
 
         hw = plan.cfg.hardware
         if not hw.ray_address:
@@ -46,5 +42,4 @@ class RayCluster(Local):
                     hint=f"`ray status` on the head node shows it; the address is its GCS's ({self.address_example})",
                 )
             ]
-        beside = CPU_BESIDE if hw.device == "cpu" and plan.cfg.family == "ppo" else 0
-        return problems(hw, nodes, f"the Ray cluster at {hw.ray_address}", beside=beside)
+        return problems(hw, nodes, f"the Ray cluster at {hw.ray_address}", beside=beside(plan.cfg))

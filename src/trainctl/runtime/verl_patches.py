@@ -43,7 +43,18 @@ PATCHES = {
     ("verl.single_controller.ray.base", "RayResourcePool.get_placement_groups"): (
         "leaves where each node's placement group goes to Ray: on GPUs a node's group takes all of its GPUs, so the "
         "groups land on different nodes; on CPUs several groups fit one node, and a run across nodes "
-        "(hardware.nnodes) would not be. Each node group is pinned to a node of its own (Ray's node-id label)"
+        "(hardware.nnodes) would not be. Each node group is pinned to a node of its own (Ray's node-id label), among "
+        "the CPUs left once TransferQueue's actors hold theirs, as the plan's capacity check placed them"
+    ),
+    # TransferQueue 0.1.11, which verl 0.9.1 creates before the training's placement groups
+    ("transfer_queue.interface", "TransferQueueController"): (
+        "TransferQueue creates its controller (one CPU) wherever Ray puts it: on a cluster of CPU nodes it filled the "
+        "node a training group then waited for forever. On the cpu platform it goes to the head, where the capacity "
+        "check counts it (trainctl.launchers.capacity.beside)"
+    ),
+    ("transfer_queue.storage.bootstrap.simple_storage_bootstrap", "get_node_round_robin_scheduling_strategies"): (
+        "TransferQueue puts its storage units (one CPU each) on the nodes in the order of their ids, whatever a "
+        "training group needs there: on the cpu platform they go to the head, beside the controller"
     ),
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
         "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
@@ -173,22 +184,66 @@ def _say_where() -> None:
     print(f"trainctl: rank {rank} of {world} on Ray node {node} ({socket.gethostname()})", flush=True)
 
 
-def cpu_nodes(groups: int, per_group: int) -> list[str]:
-    """Node ids for `groups` node groups of `per_group` processes, a node each: the head first, then the others by
-    id (stable), among the alive nodes with the CPUs."""
-    import ray
+HEAD_RESOURCE = "node:__internal_head__"  # the resource only Ray's head node has
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    fit = [n for n in alive if n["Resources"].get("CPU", 0) >= per_group]
-    fit.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeID"]))
-    if len(fit) < groups:
-        cpus = [int(n["Resources"].get("CPU", 0)) for n in alive]
+
+def cpu_nodes(groups: int, per_group: int) -> list[str]:
+    """Node ids for `groups` node groups of `per_group` processes, a node each, among the CPUs the nodes have left
+    (TransferQueue's actors hold theirs on the head by now: _on_the_head): where the plan's capacity check placed
+    them (trainctl.launchers.capacity.place), the head first."""
+    import ray
+    from ray._private.state import available_resources_per_node
+
+    from trainctl.launchers.capacity import Node, place
+
+    left = available_resources_per_node()
+    nodes = [
+        Node(n["NodeManagerAddress"], int(left.get(n["NodeID"], {}).get("CPU", 0)), 0, id=n["NodeID"],
+             head=HEAD_RESOURCE in n["Resources"])
+        for n in ray.nodes() if n["Alive"]
+    ]  # fmt: skip
+    placed = place(nodes, groups, per_group)
+    if not placed.fits:
+        # a group pinned to a node without room would wait for its CPUs forever
         raise ValueError(
             f"the run asks for {groups} nodes of {per_group} training process(es) (hardware.nnodes x "
-            f"hardware.gpus_per_node), and the Ray cluster has {len(alive)} alive node(s) with CPUs {cpus}: "
-            f"{len(fit)} can host one"
+            f"hardware.gpus_per_node), and the Ray cluster's {len(nodes)} alive node(s) have too few CPUs left "
+            f"(TransferQueue's controller and storage hold theirs on the head): {placed.words(False)}"
         )
-    return [n["NodeID"] for n in fit[:groups]]
+    return [s.node.id for s in placed.slots]
+
+
+def _head_affinity():
+    """A scheduling strategy for Ray's head node (the capacity check places verl's CPU-holding actors there)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and HEAD_RESOURCE in n["Resources"])
+    return NodeAffinitySchedulingStrategy(node_id=head, soft=False)
+
+
+def _controller_on_the_head(original):
+    class ControllerOnTheHead:
+        """TransferQueue's controller class (a Ray actor class), created on the head on the cpu platform."""
+
+        def options(self, **kwargs):
+            if _on_cpu():
+                kwargs.setdefault("scheduling_strategy", _head_affinity())
+            return original.options(**kwargs)
+
+        def __getattr__(self, name):
+            return getattr(original, name)
+
+    return ControllerOnTheHead()
+
+
+def _storage_on_the_head(original):
+    def get_node_round_robin_scheduling_strategies(num_actors, required_node_resource=None):
+        if not _on_cpu() or required_node_resource is not None:
+            return original(num_actors, required_node_resource)
+        return [_head_affinity() for _ in range(num_actors)]
+
+    return get_node_round_robin_scheduling_strategies
 
 
 def _get_placement_groups(original):
@@ -405,6 +460,8 @@ _WRAPPERS = {
     "initialize_global_process_group_ray": _initialize_global_process_group_ray,
     "ResourcePoolManager._check_resource_available": _check_resource_available,
     "RayResourcePool.get_placement_groups": _get_placement_groups,
+    "TransferQueueController": _controller_on_the_head,
+    "get_node_round_robin_scheduling_strategies": _storage_on_the_head,
     "CPUOffloadPolicy": _cpu_offload_policy,
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
