@@ -50,13 +50,14 @@ class Answer:
 class LlamaCpp:
     """A GGUF file loaded by llama.cpp; close() (or `with`) unloads it."""
 
-    def __init__(self, path: Path, n_ctx: int = 1024, threads: int = 1):
+    def __init__(self, path: Path, n_ctx: int = 1024, threads: int = 1, parallel: int = 1):
+        """parallel: requests generated at once (continuous batching), sharing n_ctx."""
         import xllamacpp
 
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_ctx = n_ctx
-        params.n_parallel = 1
+        params.n_parallel = parallel
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.warmup = False
@@ -99,9 +100,9 @@ class LlamaCpp:
         """The prompt llama-server's chat endpoint builds from messages with the file's chat template."""
         return self._post("/apply-template", {"messages": messages})["prompt"]
 
-    def greedy(self, prompt_ids: list[int], max_tokens: int) -> Answer:
-        """llama.cpp's greedy continuation of prompt ids (stopping at an end-of-generation token, which it includes),
-        with each token's raw log-prob."""
+    def greedy(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool = False) -> Answer:
+        """llama.cpp's greedy continuation of prompt ids (stopping at an end-of-generation token, which it includes,
+        unless ignore_eos), with each token's raw log-prob."""
         r = self._post(
             "/completion",
             {
@@ -111,6 +112,7 @@ class LlamaCpp:
                 "return_tokens": True,
                 "cache_prompt": False,
                 "n_probs": 1,
+                "ignore_eos": ignore_eos,
             },
         )
         tokens = list(r["tokens"])
