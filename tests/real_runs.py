@@ -330,3 +330,21 @@ def grpo_vllm_run(real_home, tmp_path_factory) -> RealRun:
         tmp_path_factory, real_home, "grpo-vllm", "recipe=grpo-arith-tiny-cpu", "hardware.rollout_engine=vllm",
         f"run.max_steps={GRPO_STEPS}", "logger=console", terminal=True,
     )  # fmt: skip
+
+
+# the LoRA run on vLLM's CPU build: its steps
+LORA_VLLM_STEPS = 3
+
+
+@pytest.fixture(scope="session")
+def grpo_lora_vllm_run(real_home, sft_run, tmp_path_factory) -> RealRun:
+    """Issue 60: GRPO with lora=r8 on vLLM's CPU build (verl's rollout; the adapters folded into the weights each
+    sync sends), LORA_VLLM_STEPS steps from the session's SFT run (a model whose probabilities a stale rollout would
+    miss by more than the gap bound), a checkpoint each step, the rollouts dumped (tests/launch/test_vllm_rollout.py,
+    slow)."""
+    return shared_train(
+        tmp_path_factory, real_home, "grpo-lora-vllm", "recipe=grpo-arith-tiny-cpu", f"model={sft_run.path}",
+        "lora=r8", "hardware.rollout_engine=vllm", f"run.max_steps={LORA_VLLM_STEPS}", "run.save_every=1",
+        f"trainer.rollout_data_dir={real_home.root / 'grpo-lora-vllm-rollouts'}", "logger=console",
+        TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip

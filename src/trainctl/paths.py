@@ -18,10 +18,21 @@ def builtin_conf_dir() -> Path:
     return _PACKAGE_DIR.parent.parent / "conf"
 
 
+def home_dir() -> Path:
+    """trainctl's home, as the config's paths.home reads it: $TRAINCTL_HOME, else ~/.trainctl."""
+    return Path(os.environ.get("TRAINCTL_HOME") or Path.home() / ".trainctl").expanduser()
+
+
+def home_conf_dir() -> Path:
+    """The options trainctl writes itself (a model imported under a name of one's own: conf/model/NAME.yaml)."""
+    return home_dir() / "conf"
+
+
 def user_conf_dirs(extra: list[Path] | None = None, cwd: Path | None = None) -> list[Path]:
-    """The user's config folders, searched before the built-in groups: each `--config-dir`, then `./conf`."""
+    """The user's config folders, searched before the built-in groups: each `--config-dir`, then `./conf`, then the
+    home's (home_conf_dir: the options trainctl wrote)."""
     builtin = builtin_conf_dir().resolve()
-    candidates = [*(extra or []), (cwd or Path.cwd()) / "conf"]
+    candidates = [*(extra or []), (cwd or Path.cwd()) / "conf", home_conf_dir()]
     found: list[Path] = []
     for d in candidates:
         d = d.expanduser().resolve()

@@ -11,6 +11,7 @@ import re
 import pytest
 
 R = "actor_rollout_ref"
+M = f"{R}.model"
 
 # (id, arguments, exit code, lines that must appear in stderr exactly)
 CASES = [
@@ -436,14 +437,15 @@ CASES = [
         ],
     ),
     (
-        "LoRA on vLLM's CPU build",
-        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=vllm", "lora=r8"],
+        "separate LoRA adapters on vLLM's CPU build",
+        ["algorithm=grpo", "hardware=cpu", "hardware.rollout_engine=vllm", "lora=r8", f"{M}.lora.merge=false"],
         1,
         [
-            "Error: actor_rollout_ref.model.lora_rank = 8: verl 0.9.1 loads LoRA adapters into vLLM through "
-            "WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its engine dies at "
-            "the first weight sync.",
-            "Hint: hardware.rollout_engine=hf (trainctl's CPU rollout takes LoRA adapters), or lora=none",
+            f"Error: {M}.lora.merge = false with {M}.lora_rank = 8: verl 0.9.1 loads separate LoRA adapters into "
+            "vLLM through WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its "
+            "engine dies at the first weight sync.",
+            f"Hint: {M}.lora.merge=true (the adapters folded into the weights each sync sends: trainctl's default on "
+            "cpu)",
         ],
     ),
     (

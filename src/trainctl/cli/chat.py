@@ -12,7 +12,14 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, reject_option_typos, render_warnings, search_path
+from trainctl.cli.common import (
+    ConfigDirs,
+    Overrides,
+    reject_option_typos,
+    render_warnings,
+    search_path,
+    tethered,
+)
 
 EPILOG = """\
 \b
@@ -36,6 +43,7 @@ tools), 2 a usage error, 130 interrupted at the prompt.
 HELP = "/reset  forget the conversation · /system TEXT  a system prompt · /temp X  temperature · /exit"
 
 
+@tethered
 def chat_command(
     ctx: typer.Context,
     model: Annotated[

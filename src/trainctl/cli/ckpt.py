@@ -18,6 +18,21 @@ app = typer.Typer(
 _Target = Annotated[Path, typer.Argument(help="a run folder (runs/NAME), a checkpoints folder, or one checkpoint")]
 
 
+def _model_folder(target: Path) -> Path:
+    """TARGET as given, or, where no such path exists and it is a model's name (a shipped option, or one `model
+    import --name` made), that model's folder."""
+    if target.exists() or len(target.parts) != 1:
+        return target
+    from trainctl.errors import TrainctlError
+    from trainctl.models.catalog import resolve_ref
+
+    try:
+        ref = resolve_ref(str(target))
+    except TrainctlError:
+        return target  # neither: the checkpoint listing says the path does not exist
+    return ref.path if ref.option and ref.path.is_dir() else target
+
+
 def _size(n: int) -> str:
     from trainctl.models.pull import human
 
@@ -207,6 +222,7 @@ Examples:
   trainctl ckpt export runs/quickstart --to gguf                 the latest step, f16, beside it in global_step_N-gguf/
   trainctl ckpt export runs/grpo --to gguf --dtype q8_0 --out models/grpo.gguf
   trainctl ckpt export ~/.trainctl/models/tiny --to gguf --dtype f32   a Hugging Face folder
+  trainctl ckpt export smol --to gguf                            a model by name (one `model import --name` made)
   trainctl ckpt export runs/dpo-lora --to gguf --dry-run         what would be written (LoRA runs are merged first)
 Beside the file: NAME.verification.json (llama.cpp's verdict), README.md (the model card) and an Ollama Modelfile.
 """,
@@ -231,7 +247,7 @@ def export(
     from trainctl.ckpt.export import plan_export
     from trainctl.models.memory import count
 
-    plan = plan_export(target, to, dtype, out, force, verify)
+    plan = plan_export(_model_folder(target), to, dtype, out, force, verify)
     c = plan.checkpoint
     step = f", step {c.step}" if c.step is not None else ""
     typer.echo(

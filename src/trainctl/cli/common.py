@@ -78,6 +78,26 @@ def command_overrides(
     return words, search_path(config_dirs)
 
 
+def tethered(command):
+    """The command's processes end with it, however it ends: Ctrl-C, SIGTERM, SIGHUP or SIGKILL
+    (trainctl.launchers.tether). For the commands that start servers and engines: model serve, chat, eval, serve."""
+    import functools
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        from trainctl.launchers.tether import Stopped, held
+
+        with held():
+            try:
+                return command(*args, **kwargs)
+            except Stopped as e:  # then the exit code of Ctrl-C (Typer's, 130)
+                with contextlib.suppress(OSError, ValueError):
+                    typer.echo(f"Stopped ({e}).", err=True)
+                raise
+
+    return run
+
+
 def reject_option_typos(ctx: typer.Context, words: list[str]) -> None:
     """With unknown options let through as overrides, `--dryrun` would become an override: refuse it here."""
     known = [opt for p in ctx.command.params for opt in getattr(p, "opts", []) if opt.startswith("-")]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainctl.cli.common import ConfigDirs, Overrides, command_overrides, render_warnings
+from trainctl.cli.common import ConfigDirs, Overrides, command_overrides, render_warnings, tethered
 from trainctl.errors import UsageError
 
 EPILOG = """\
@@ -36,6 +36,7 @@ Sampling settings (key=value among the overrides; defaults are what training's v
 """
 
 
+@tethered
 def eval_command(
     ctx: typer.Context,
     model: Annotated[

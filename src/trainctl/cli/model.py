@@ -20,6 +20,7 @@ from trainctl.cli.common import (
     command_overrides,
     render_warnings,
     search_path,
+    tethered,
 )
 
 app = typer.Typer(
@@ -121,18 +122,21 @@ def pull(
 \b
 Examples:
   trainctl model import SmolLM2-135M-Instruct.Q4_1.gguf --name smollm2-135m   where model=smollm2-135m reads it
-  trainctl model import ~/Downloads/my-model.gguf --name my-model            then: model.path=<paths.models>/my-model
-  trainctl model import ~/hf/some-model --name some-model                    a Hugging Face folder (.bin weights too)
+  trainctl model import ~/Downloads/my-model.gguf --name smol    a model of its own: model=smol, eval smol, ...
+  trainctl model import ~/hf/some-model --name some-model        a Hugging Face folder (.bin weights too)
 \b
 A GGUF file's weights are dequantized to float32 (training needs them unquantized); its tokenizer and chat template
 come from its metadata. Checked before it is kept: the saved model loads, gives the source's logits and answers a
 question. Nothing is left half-written: an import that fails leaves the target as it was.
+A new name becomes a model option like a shipped one (its file in ~/.trainctl/conf/model/: architecture, size,
+source file and checksum); a shipped option's name fills that option's folder, and is refused for a model of
+another architecture.
 """,
 )
 def import_(
     source: Annotated[Path, typer.Argument(help="a .gguf file or a Hugging Face model folder")],
     name: Annotated[
-        str | None, typer.Option("--name", help="the model's name: a model option, or a new folder's name")
+        str | None, typer.Option("--name", help="the model's name: a new one (model=NAME), or a model option's")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="where to write it (default: the name's folder)")] = None,
     force: Annotated[bool, typer.Option("--force", help="replace what is there (once the import succeeded)")] = False,
@@ -150,6 +154,8 @@ def import_(
     typer.echo(f"Checked in {m.seconds:.0f} s: it loads, matches the source, and answers {m.answer!r}")
     for note in m.notes:
         typer.echo(f"Note: {note}")
+    if m.option_file is not None:
+        typer.echo(f"Named {m.name}: model={m.name} everywhere (eval, chat, model serve; its option: {m.option_file})")
     typer.echo(f"Train on it: trainctl train {f'model={m.name}' if m.option else f'model.path={m.path}'} ...")
 
 
@@ -179,7 +185,10 @@ def ls(config_dirs: ConfigDirs = None) -> None:
         commit = d.manifest.get("commit") or ""
         rev = f"{d.manifest.get('revision', '')} {commit[:8]}".strip() if commit else "-"
         kind = e.kind.replace("_", "-")
-        table.add_row(e.name, kind, e.repo or "-", state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
+        source = e.repo or (
+            f"imported: {Path(d.manifest['imported_from']).name}" if d.manifest.get("imported_from") else "-"
+        )
+        table.add_row(e.name, kind, source, state, human(d.size_bytes) if d.exists else "-", rev, str(d.path))
     stdout_console().print(table)
 
 
@@ -218,7 +227,7 @@ def info(
     from rich.table import Table
 
     from trainctl.cli.common import stdout_console
-    from trainctl.models.catalog import resolve_ref
+    from trainctl.models.catalog import read_manifest, resolve_ref
     from trainctl.models.info import model_info
     from trainctl.models.memory import GiB, count, estimate, fixes, setup_from, size
     from trainctl.models.pull import human
@@ -252,6 +261,9 @@ def info(
     t.add_row(
         "chat template", "unknown until pulled" if m.chat_template is None else ("yes" if m.chat_template else "no")
     )
+    imported = read_manifest(m.path) if m.on_disk else {}
+    if imported.get("imported_from"):  # `model import`'s record
+        t.add_row("imported from", f"{imported['imported_from']} (sha256 {imported.get('source_sha256') or '?'})")
     console.print(t)
 
     s = setup_from(plan.cfg, plan.value)
@@ -365,29 +377,33 @@ def init(
 Examples:
   trainctl model rm qwen2.5-7b           asks first
   trainctl model rm Qwen/Qwen3-8B --yes
+  trainctl model rm smol --yes           an imported model: its folder and its option file
 """
 )
 def rm(
-    name: Annotated[str, typer.Argument(help="a model option or a repository id that was pulled")],
+    name: Annotated[str, typer.Argument(help="a model option, or a repository id that was pulled")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
     config_dirs: ConfigDirs = None,
 ) -> None:
-    """Remove a pulled model's folder."""
+    """Remove a pulled or imported model's folder (and the option file of one imported under a name of its own)."""
     from trainctl.errors import TrainctlError, UsageError
-    from trainctl.models.catalog import folder_size, resolve_ref
+    from trainctl.models.catalog import folder_size, imported_option, resolve_ref
     from trainctl.models.pull import human, remove
 
     search = search_path(config_dirs)
     ref = resolve_ref(name, search=search)
-    if not ref.path.exists():
+    option = imported_option(name, search) if ref.option else None
+    if not ref.path.exists() and option is None:
         raise TrainctlError(f"{ref.label} is not on disk ({ref.path}).", hint="trainctl model ls")
+    what = f"{ref.path} ({human(folder_size(ref.path))})" if ref.path.exists() else ""
+    what += (" and " if what else "") + f"model={name}'s option file {option}" if option else ""
     if not yes:
         if not sys.stdin.isatty():
-            raise UsageError(f"removing {ref.path} needs a yes: pass --yes (stdin is not a terminal).")
-        if not typer.confirm(f"Remove {ref.path} ({human(folder_size(ref.path))})?", default=False):
+            raise UsageError(f"removing {what} needs a yes: pass --yes (stdin is not a terminal).")
+        if not typer.confirm(f"Remove {what}?", default=False):
             typer.echo("Kept.")
             return
-    typer.echo(f"Removed {remove(name, search)}")
+    typer.echo("Removed " + " and ".join(map(str, remove(name, search))))
 
 
 @app.command(
@@ -414,6 +430,7 @@ Exit codes: 0 served and stopped, 1 a problem found before loading (the model, c
 2 a usage error (a non-loopback --host without --token-env), 130 stopped by Ctrl-C.
 """,
 )
+@tethered
 def serve(
     ctx: typer.Context,
     model: Annotated[

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from trainctl.cli.common import tethered
+
 EPILOG = """\
 \b
 Examples:
@@ -21,6 +23,7 @@ API: /api/jobs (GET, POST), /api/jobs/UUID (/start /stop /resume /metrics /check
 """
 
 
+@tethered
 def serve(
     runs: Annotated[
         list[Path] | None,

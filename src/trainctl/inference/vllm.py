@@ -111,28 +111,36 @@ def command(served: Served, folder, host: str, port: int, max_model_len: int | N
 def run(
     served: Served, folder, host: str, port: int, token: str | None, on_ready: Callable[[], None] | None = None
 ) -> int:
-    """Run vLLM's server in the foreground until it exits (Ctrl-C stops it); returns its exit code. `on_ready` is
-    called once it answers /health (vLLM loads and warms the model first: seconds to minutes)."""
+    """Run vLLM's server in the foreground until it exits, and return its exit code; on Ctrl-C (and SIGTERM or SIGHUP
+    under trainctl.launchers.tether.held) stop it, then raise the KeyboardInterrupt. `on_ready` is called once it
+    answers /health (vLLM loads and warms the model first: seconds to minutes)."""
     import signal
     import subprocess
     import threading
+
+    from trainctl.launchers.supervisor import parent_death_signal
 
     env = environment(served.cfg.hardware.device)
     env.pop("VLLM_API_KEY", None)
     if token:
         env["VLLM_API_KEY"] = token  # vLLM's server reads its --api-key default from here
-    proc = subprocess.Popen(command(served, folder, host, port), env=env)
+    # however trainctl ends, SIGKILL included, the kernel tells the server to shut down (and its EngineCore with it);
+    # what is left then, the command's watchdog stops (trainctl.launchers.tether)
+    proc = subprocess.Popen(
+        command(served, folder, host, port), env=env, preexec_fn=parent_death_signal(signal.SIGTERM)
+    )
     if on_ready is not None:
         threading.Thread(target=_when_healthy, args=(proc, host, port, on_ready), daemon=True).start()
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the server stops as on Ctrl-C at its own terminal, then the command says why
         proc.send_signal(signal.SIGINT)
         try:
-            return proc.wait(30)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            return proc.wait()
+            proc.wait()
+        raise
 
 
 def _when_healthy(proc, host: str, port: int, on_ready: Callable[[], None]) -> None:
@@ -162,6 +170,9 @@ class Batch:
     def __init__(self, folder, device: str, value: Callable[[str], Any], *, seed: int = 0, max_model_len: int | None):
         from vllm import EngineArgs, LLMEngine
 
+        from trainctl.launchers.tether import watch
+
+        watch()  # on GPUs vLLM may spawn its engine core by multiprocessing, which no audit event shows
         os.environ.update(environment(device, base={}, quiet=True))  # vLLM's engine process inherits them
         args = EngineArgs(model=str(folder), seed=seed, max_model_len=max_model_len, **engine_args(device, value))
         self.engine = LLMEngine.from_engine_args(args)
@@ -236,6 +247,9 @@ class AgentServer:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from trainctl.launchers.tether import watch
+
+        watch()  # as in the chat's engine above
         os.environ.update(environment(device, base={}, quiet=True))  # vLLM's engine process inherits them
         args = AsyncEngineArgs(model=str(folder), max_model_len=max_model_len, **engine_args(device, value))
         self.engine = AsyncLLM.from_engine_args(args)

@@ -7,7 +7,6 @@ logs/supervisor.log), and closing the terminal that started it changes nothing.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -35,6 +34,8 @@ class Detached:
 def start_detached(train_args: list[str], run_dir: Path, env: dict[str, str] | None = None) -> Detached:
     """Start `trainctl train TRAIN_ARGS` in the background and return once its trainer runs (or raise with the end
     of its output if it stopped first)."""
+    from trainctl.launchers.tether import unmarked
+
     run = RunDir(run_dir)
     before = len(run.status()["attempts"]) if run.exists() else 0
     run.path.mkdir(parents=True, exist_ok=True)
@@ -48,7 +49,8 @@ def start_detached(train_args: list[str], run_dir: Path, env: dict[str, str] | N
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**(env if env is not None else os.environ), "TRAINCTL_DETACHED": "1"},
+            # not one of the processes of the command that starts it (trainctl.launchers.tether): it outlives it
+            env={**unmarked(env), "TRAINCTL_DETACHED": "1"},
             start_new_session=True,  # no terminal: a closed one sends it nothing
         )
     # reaped when it ends, whenever that is: a long-lived caller (trainctl serve) kept each ended one as a zombie

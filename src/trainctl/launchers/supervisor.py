@@ -74,7 +74,7 @@ def parent_death_signal(sig: int) -> Callable[[], None] | None:
     return preexec
 
 
-def _detach_from_terminal() -> None:
+def detach_from_terminal() -> None:
     """The terminal is gone (SIGHUP): what this process still writes (the live view's last frame, the final
     message) goes nowhere, instead of failing with EIO half-way through the cleanup."""
     try:
@@ -188,7 +188,7 @@ class Supervisor:
 
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGHUP:
-            _detach_from_terminal()
+            detach_from_terminal()
         if self._interrupted is None:
             self._interrupted = signum
             self._signal_group(signal.SIGTERM)

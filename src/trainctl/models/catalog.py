@@ -71,6 +71,17 @@ def _options(search: SearchPath | None = None) -> dict[str, Model]:
     return {name: load_option("model", name, search) for name in search.options("model")}
 
 
+def imported_option(name: str, search: SearchPath | None = None) -> Path | None:
+    """The option file `trainctl model import --name NAME` wrote into trainctl's home for NAME, if NAME is one."""
+    from trainctl.config.search import SearchPath
+    from trainctl.paths import home_conf_dir
+
+    file = (search or SearchPath.default()).options("model").get(name)
+    if file is None or home_conf_dir().resolve() not in file.resolve().parents:
+        return None
+    return file
+
+
 def folder_name(repo_id: str) -> str:
     return repo_id.replace("/", "--")
 

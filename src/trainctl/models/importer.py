@@ -7,11 +7,19 @@ again, so that its weights are safetensors whatever it held. Everything is writt
 target (`.NAME.importing-PID`), then checked: the saved model loads, gives the source's logits on a probe, tokenizes
 a probe as the source does, and generates an answer to a question greedily; only then is the folder renamed into
 place, so an import that fails or is interrupted leaves nothing half-written where training would read it.
+
+A name of one's own (`--name smol`) makes the model a model option like a shipped one (`model=smol`, `eval smol`,
+`model serve smol`, the server's launch form): the import writes its option file into trainctl's home
+(<home>/conf/model/smol.yaml: its architecture and size, for the plan's memory estimate and learning-rate check, and
+the source file and checksum it came from), once the folder is in place. The name of an existing option fills that
+option's folder, as `model pull` does; one whose architecture differs from the source's is refused, before anything
+is read further or written (model=NAME would silently train another model).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -27,6 +35,10 @@ if TYPE_CHECKING:
     from trainctl.config.search import SearchPath
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# words Hydra reads as a value rather than an option's name (model=null removes the model), and numbers
+NOT_NAMES = re.compile(r"^(null|none|true|false|nan|[+-]?inf|[0-9._]+(e[+-]?[0-9]+)?)$", re.IGNORECASE)
+# the architecture fields an imported model must share with the option whose name it takes
+SHAPE = ("hidden_size", "layers", "heads", "kv_heads", "vocab_size")
 # what the check asks the imported model, greedily, in its own chat template
 QUESTION = "What is 2 + 3?"
 ANSWER_TOKENS = 24
@@ -50,6 +62,8 @@ class Imported:
     seconds: float
     option: bool  # the name is a model option (model=NAME reads the folder)
     notes: list[str] = field(default_factory=list)
+    option_file: Path | None = None  # the option file this import wrote (a name of one's own)
+    sha256: str | None = None  # the source's (a GGUF file's; a folder's files, in order)
 
 
 def _say(status: Callable[[str], None] | None, text: str) -> None:
@@ -57,16 +71,88 @@ def _say(status: Callable[[str], None] | None, text: str) -> None:
         status(text)
 
 
-def target_for(name: str, out: Path | None, search: SearchPath | None) -> tuple[Path, bool]:
-    """Where an import named NAME goes: the model option's path when NAME is one, else <paths.models>/NAME."""
-    from trainctl.config.load import load_option
+@dataclass
+class Target:
+    path: Path  # the folder the import fills
+    option: Any = None  # the model option NAME already is (its Model), if any
+    option_file: Path | None = None  # its file
+    writes_option: bool = False  # the import writes NAME's option file into trainctl's home
 
-    if out is not None:
-        return Path(out).expanduser().resolve(), False
+
+def target_for(name: str, out: Path | None, search: SearchPath | None) -> Target:
+    """Where an import named NAME goes: an existing option's path (a shipped or user option: its folder filled, as
+    `model pull` fills it; one an earlier import wrote: replaced), else <paths.models>/NAME with an option of its
+    own; --out puts the folder elsewhere."""
+    from trainctl.config.load import load_option
+    from trainctl.config.search import SearchPath
+    from trainctl.paths import home_conf_dir
+
+    search = search or SearchPath.default()
     option = load_option("model", name, search)
-    if option is not None:
-        return Path(option.path).expanduser().resolve(), True
-    return (models_dir(search) / name).resolve(), False
+    file = search.options("model").get(name)
+    ours = file is not None and home_conf_dir().resolve() in file.resolve().parents
+    if option is None:
+        path = Path(out).expanduser().resolve() if out is not None else (models_dir(search) / name).resolve()
+        return Target(path, writes_option=True)
+    if out is not None:  # somewhere else: the option keeps its own folder (and an earlier import's is replaced)
+        return Target(Path(out).expanduser().resolve(), option, file, writes_option=ours)
+    return Target(Path(option.path).expanduser().resolve(), option, file, writes_option=ours)
+
+
+def check_name(name: str, source: Path) -> None:
+    """A name that is a folder's name and a model option's (model=NAME), or ModelError."""
+    if not NAME.match(name) or NOT_NAMES.match(name):
+        raise ModelError(
+            f"--name {name!r}: a model name is letters, digits, '.', '_' and '-', starting with a letter or digit, and "
+            "not a word the command line reads as a value (null, true, false, a number): it names a folder and "
+            "model=NAME.",
+            hint=f"--name {default_name(source)}",
+        )
+
+
+def _source_shape(kind: str, source: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The source's architecture (SHAPE's fields, and its type where known), read before any weight is."""
+    if kind == "gguf":
+        return {k: meta.get(k) for k in (*SHAPE, "type")}
+    try:
+        config = json.loads((source / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    config = config.get("text_config") or config
+    return {
+        "type": (config.get("architectures") or [None])[0],
+        "hidden_size": config.get("hidden_size"),
+        "layers": config.get("num_hidden_layers"),
+        "heads": config.get("num_attention_heads"),
+        "kv_heads": config.get("num_key_value_heads") or config.get("num_attention_heads"),
+        "vocab_size": config.get("vocab_size"),
+    }
+
+
+def _words(shape: dict[str, Any]) -> str:
+    kind = f"{shape['type']}: " if shape.get("type") else ""
+    return (
+        f"{kind}hidden {shape.get('hidden_size')}, {shape.get('layers')} layers, {shape.get('heads')} heads "
+        f"({shape.get('kv_heads')} KV), {shape.get('vocab_size')} tokens"
+    )
+
+
+def check_shadowing(name: str, target: Target, shape: dict[str, Any], source: Path, search) -> None:
+    """Refuse to fill an option's folder (one trainctl did not write) with a model of another architecture: every
+    model=NAME would then train, evaluate and serve it in the option's place."""
+    option = target.option
+    if option is None or target.writes_option or option.arch is None:  # an option that declares no shape: no clash
+        return
+    want = {k: getattr(option.arch, k) for k in SHAPE}
+    if any(shape.get(k) is not None and want[k] != shape[k] for k in SHAPE):
+        label = search.label(target.option_file) if target.option_file else name
+        other = default_name(source) if default_name(source) != name else f"{name}-imported"
+        raise ModelError(
+            f"--name {name}: model={name} is the model option {label} ({_words({**want, 'type': option.arch.type})}), "
+            f"and {source.name} holds another model ({_words(shape)}): imported there, model={name} would train, "
+            "evaluate and serve it instead. Nothing was written.",
+            hint=f"a name of its own: --name {other}",
+        )
 
 
 def default_name(source: Path) -> str:
@@ -96,8 +182,16 @@ def _gguf_metadata(path: Path) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for t in reader.tensors:
         counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    arch = value("general.architecture")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
     return {
-        "architecture": value("general.architecture"),
+        "architecture": arch,
+        # the shape an option's arch declares (llama.cpp's names), to compare before anything is loaded
+        "hidden_size": value(f"{arch}.embedding_length"),
+        "layers": value(f"{arch}.block_count"),
+        "heads": value(f"{arch}.attention.head_count"),
+        "kv_heads": value(f"{arch}.attention.head_count_kv") or value(f"{arch}.attention.head_count"),
+        "vocab_size": value(f"{arch}.vocab_size") or (len(tokens.data) if tokens is not None else None),
         "name": value("general.name"),
         "types": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         "tokens": {
@@ -150,10 +244,15 @@ def _load_folder(path: Path):
 
 
 def _sha256(path: Path) -> str:
+    """A file's sha256; a folder's: of its files' relative names and contents, in name order."""
     h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+        with f.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                h.update(block)
     return h.hexdigest()
 
 
@@ -253,12 +352,9 @@ def import_model(
     else:
         raise ModelError(f"{source} does not exist.", hint="trainctl model import FILE.gguf --name NAME")
     name = name or default_name(source)
-    if not NAME.match(name):
-        raise ModelError(
-            f"--name {name!r}: a model name is letters, digits, '.', '_' and '-' (it names a folder).",
-            hint=f"--name {default_name(source)}",
-        )
-    target, option = target_for(name, out, search)
+    check_name(name, source)
+    where = target_for(name, out, search)
+    target = where.path
     if target == source or source in target.parents:
         raise ModelError(f"{source} would be imported into itself ({target}).", hint="--out SOMEWHERE_ELSE")
     if target.exists() and not force:
@@ -271,6 +367,8 @@ def import_model(
     meta: dict[str, Any] = {}
     if kind == "gguf":
         meta = _gguf_metadata(source)
+    check_shadowing(name, where, _source_shape(kind, source, meta), source, search)
+    if kind == "gguf":
         _check_gguf_architecture(source, meta["architecture"])
         # float32 weights: about 4 bytes a parameter against the file's ~0.6 (4-bit) to 2 (16-bit)
         need = source.stat().st_size * 8
@@ -313,13 +411,14 @@ def import_model(
                 "the tokenizer has no chat template: chat-format data (sft, dpo, rl prompts) cannot be rendered"
             )
         files = {str(f.relative_to(staging)): f.stat().st_size for f in sorted(staging.rglob("*")) if f.is_file()}
+        sha256 = _sha256(source)
         write_manifest(
             staging,
             {
                 "name": name,
                 "imported_from": str(source),
                 "source_kind": kind,
-                "source_sha256": _sha256(source) if kind == "gguf" else None,
+                "source_sha256": sha256,
                 "gguf_tensor_types": meta.get("types"),
                 "architecture": architecture,
                 "params": params,
@@ -341,6 +440,11 @@ def import_model(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+    option_file = (
+        write_option(name, target, model.config, architecture, params, source, sha256, search)
+        if (where.writes_option)
+        else None
+    )
     return Imported(
         target,
         name,
@@ -352,9 +456,47 @@ def import_model(
         _types(meta["types"]) if meta else None,
         answer,
         time.monotonic() - started,
-        option,
+        (where.option is not None and out is None) or option_file is not None,
         notes,
+        option_file,
+        sha256,
     )
+
+
+def write_option(name: str, folder: Path, config, architecture: str, params: int, source: Path, sha256: str,
+                 search) -> Path:  # fmt: skip
+    """NAME's model option, in trainctl's home: the folder, its architecture and size (what the plan's memory
+    estimate and learning-rate check read), and where it came from."""
+    import yaml
+
+    from trainctl.paths import atomic_write_text, home_conf_dir
+
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(config.num_attention_heads)
+    arch = {
+        "type": architecture,
+        "hidden_size": int(config.hidden_size),
+        "layers": int(config.num_hidden_layers),
+        "heads": heads,
+        "kv_heads": int(getattr(config, "num_key_value_heads", None) or heads),
+        "intermediate_size": int(config.intermediate_size),
+        "vocab_size": int(config.vocab_size),
+        "tie_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+    }
+    # the longest sequence the architecture's positions allow (a config without it: the tokenizer's usual 2048)
+    context = int(getattr(config, "max_position_embeddings", None) or 2048)
+    body = {"name": name, "params": float(params), "context_length": context}
+    if folder != (models_dir(search) / name).resolve():
+        body["path"] = str(folder)  # elsewhere than where ${paths.models}/${model.name} points
+    header = (
+        f"# {name}: {architecture}, {params / 1e6:.1f}M parameters, imported by `trainctl model import`\n"
+        f"# from {source}\n# sha256 {sha256} (its folder's trainctl-model.json records the same)\n"
+        f"# `trainctl model rm {name}` removes the model and this file\n"
+    )
+    text = header + "defaults:\n  - _base\n  - _self_\n\n" + yaml.safe_dump({**body, "arch": arch}, sort_keys=False)
+    file = home_conf_dir() / "model" / f"{name}.yaml"
+    atomic_write_text(file, text)
+    return file
 
 
 def _types(types: dict[str, int]) -> str:

@@ -565,16 +565,26 @@ def _why_full(e: OSError, target: Path) -> str:
     return f"the disk filled up ({human(shutil.disk_usage(probe).free)} free now)"
 
 
-def remove(name: str, search: SearchPath | None = None) -> Path:
-    """Delete a model folder trainctl made (it has a manifest) or one a model option points at."""
+def remove(name: str, search: SearchPath | None = None) -> list[Path]:
+    """Delete a model folder trainctl made (it has a manifest) or one a model option points at, and the option file
+    an import under a name of one's own wrote (nothing would pull it again); returns what was removed."""
+    from trainctl.models.catalog import imported_option
+
     ref = resolve_ref(name, search=search)
     target = ref.path
-    if not target.exists():
+    option = imported_option(name, search) if ref.option else None
+    if not target.exists() and option is None:
         raise ModelError(f"{ref.label} is not on disk ({target}).", hint="trainctl model ls")
-    if not (target / MANIFEST).is_file() and not ref.option:
+    if target.exists() and not (target / MANIFEST).is_file() and not ref.option:
         raise ModelError(
             f"{target} was not made by trainctl (no {MANIFEST}): not removing it.",
             hint=f"remove it yourself: rm -r {target}",
         )
-    shutil.rmtree(target)
-    return target
+    removed = []
+    if target.exists():
+        shutil.rmtree(target)
+        removed.append(target)
+    if option is not None:
+        option.unlink()
+        removed.append(option)
+    return removed

@@ -325,6 +325,8 @@ class Actions:
     def run(self, kind: str, run: Path, args: list[str]) -> Action:
         """`trainctl ARGS` in the background, its output in the run's logs/serve-KIND-STAMP-ID.log; interrupted
         (SIGINT: it cleans up, as after Ctrl-C) when this server ends, however it ends."""
+        from trainctl.launchers.tether import unmarked
+
         with self._lock:
             busy = [a for a in self.of(run) if a.kind == kind and a.data()["state"] == "running"]
             if busy:
@@ -344,6 +346,9 @@ class Actions:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    # it ends with the server by its parent-death signal, and cleans up as after Ctrl-C; the server's
+                    # watchdog (trainctl.launchers.tether) would SIGTERM it half-way through
+                    env=unmarked(),
                 ).result()
             action.pid = action.proc.pid
             action.save()
