@@ -129,6 +129,10 @@ format: $(STAMP) ## apply ruff fixes and formatting
 golden: $(STAMP) ## regenerate the golden backend configs in tests/golden/
 	$(BIN)/python -m tests.golden.regenerate
 
+.PHONY: docs-ref
+docs-ref: $(STAMP) ## regenerate docs/reference/ (CLI, config, recipes, metrics) from the code
+	$(BIN)/python -m trainctl.docsgen
+
 .PHONY: schemas
 schemas: $(STAMP) ## re-read the installed verl's and TRL's config dataclasses into src/trainctl/facts/schemas/
 	$(BIN)/python -m trainctl.backends.schemas

@@ -17,6 +17,18 @@ EXIT_TOOL_ERROR = 4  # `trainctl tools call`: the tool answered with an error
 EXIT_NO_ANSWER = 5  # `trainctl tools call`: no answer (the call timed out, the server went away)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM
 
+# what each exit code means, in the words the generated reference shows (trainctl.docsgen: docs/reference/metrics.md)
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "done",
+    EXIT_PROBLEM: "a problem with the config, data, model or checkpoint (a training run: nothing was started)",
+    EXIT_USAGE: "a usage error: the command line itself is malformed (a misspelt option, a malformed override)",
+    EXIT_RUN_FAILED: "the trainer (or the Ray or Slurm job) failed after it started: its exit code and the end of its "
+    "log are shown",
+    EXIT_TOOL_ERROR: "`trainctl tools call`: the tool answered with an error",
+    EXIT_NO_ANSWER: "`trainctl tools call`: no answer (the call timed out, the server went away)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM, SIGHUP): every process the run started is stopped",
+}
+
 
 class TrainctlError(Exception):
     """A failure the user can act on: a message, optional detail lines and a hint."""

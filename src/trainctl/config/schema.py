@@ -519,20 +519,31 @@ def keys(section: str | None = None) -> list[tuple[str, str, str]]:
 
 def class_keys(cls: type, prefix: str) -> list[tuple[str, str, str]]:
     """(dotted key, type and range in words, meaning) of every field of a dataclass, below `prefix`."""
+    return [(key, kind, doc) for key, kind, doc, _ in class_key_docs(cls, prefix)]
+
+
+# a declared key whose value every option of its group sets (the field has no default of its own)
+SET_BY_OPTION = object()
+
+
+def class_key_docs(cls: type, prefix: str) -> list[tuple[str, str, str, Any]]:
+    """class_keys with each key's default as a fourth item: the value, or SET_BY_OPTION for a key without one (the
+    group's options set it). The generated config reference (trainctl.docsgen) reads it."""
     from trainctl.config.types import class_schema, describe
 
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, str, str, Any]] = []
 
     def visit(cls: type, prefix: str) -> None:
         schema = class_schema(cls)
         hints = type_hints(cls)
         extra = beside_field(cls)
+        defaults = {f.name: f for f in dataclasses.fields(cls)}
         for name, info in schema.fields.items():
             if extra is not None and name == extra.name:
                 continue  # their owner lists them (`trainctl config keys reward` adds every reward kind's)
             key = f"{prefix}.{name}"
             if _entry_type(hints[name]) is not None:
-                out.append((key, "a mapping of NAME: entries", info.doc))
+                out.append((key, "a mapping of NAME: entries", info.doc, _default(defaults[name])))
                 visit(_entry_type(hints[name]), f"{key}.NAME")
                 continue
             nested = _dataclass_type(hints[name])
@@ -542,7 +553,15 @@ def class_keys(cls: type, prefix: str) -> list[tuple[str, str, str]]:
             kind = describe(info.spec)
             if info.range is not None:
                 kind += f", {info.range.text()}"
-            out.append((key, kind, info.doc))
+            out.append((key, kind, info.doc, _default(defaults[name])))
 
     visit(cls, prefix)
     return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return SET_BY_OPTION

@@ -34,10 +34,26 @@ ROLLOUT_GAP_ALERT = 0.01
 ROLLOUT_GAP_GROWTH = 5.0
 ROLLOUT_GAP_FLOOR = 0.002
 
+# what raises each kind of alert, in words (the generated reference lists them: trainctl.docsgen)
+KINDS: dict[str, str] = {
+    "nonfinite": "a loss or a gradient norm is NaN or infinite at a step, or the trainer printed `grad_norm is not "
+    "finite` (it skipped the update)",
+    "grad_spike": f"a gradient norm ({', '.join(GRAD_NORMS)}) above {SPIKE_FLOOR:g} and more than {SPIKE_FACTOR:g} "
+    "times its median over the last 20 steps before it (3 at least)",
+    "same_reward": "PPO family: every sample of the step got the same reward, so the group-relative advantages are "
+    "all zero and the step learns nothing (critic/advantages, else critic/score min = max)",
+    "rollout_gap": f'PPO family: {ROLLOUT_GAP} (the live view\'s "rollout gap") above {ROLLOUT_GAP_ALERT:g}, or '
+    f"above {ROLLOUT_GAP_FLOOR:g} and more than {ROLLOUT_GAP_GROWTH:g} times its median of the earlier steps (3 at "
+    "least)",
+    "reward_collapse": "PPO family: the mean reward (critic/score/mean) over the last 3 steps fell by more than half "
+    "of its best 3-step mean (when that best is above 0.05), from the 6th step on",
+    "oom": "the trainer printed an out-of-memory error (CUDA's, or the host's: cannot allocate memory, the OOM killer)",
+}
+
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # nonfinite | grad_spike | reward_collapse | same_reward | rollout_gap | oom
+    kind: str  # one of KINDS
     message: str
     hint: str
     step: int | None = None
