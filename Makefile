@@ -129,6 +129,16 @@ format: $(STAMP) ## apply ruff fixes and formatting
 golden: $(STAMP) ## regenerate the golden backend configs in tests/golden/
 	$(BIN)/python -m tests.golden.regenerate
 
+# The documentation site (mkdocs.yml; MkDocs with the Material theme, from the test extra): built offline, warnings
+# are errors. NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2.0, which is not a warning about the docs.
+.PHONY: docs
+docs: $(STAMP) ## build the documentation site into site/ (offline; warnings are errors)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+.PHONY: docs-serve
+docs-serve: $(STAMP) ## serve the documentation at http://127.0.0.1:8000/, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
 .PHONY: docs-ref
 docs-ref: $(STAMP) ## regenerate docs/reference/ (CLI, config, recipes, metrics) from the code
 	$(BIN)/python -m trainctl.docsgen
@@ -139,4 +149,4 @@ schemas: $(STAMP) ## re-read the installed verl's and TRL's config dataclasses i
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache build dist
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist site

@@ -1,11 +1,14 @@
-"""The README as a tested contract: every command in its shell blocks is run, in README order, through the real CLI.
+"""The documentation as a tested contract: every command in the shell blocks of its pages (docs/, in mkdocs.yml's nav
+order: the order a reader follows) is run, in that order, through the real CLI, and every command the README shows is
+one of them.
 
-Twice: in a fresh home (before the demo's set-up) and after it (the tiny model and the arith data made by the
-README's own `model init tiny` / `data prep arith`). Each command must exit 0 with no traceback. The commands are
-read from the README itself, so the test follows it when it changes; the few that cannot run here are listed below
-with the reason. Training on CPU runs for real in the `slow` variant; the default one runs each training command as a
-dry run (every check, verl's own validation included) and finds the run folders the later commands read (runs/grpo,
-runs/quickstart, ...) made by the session's real runs (tests/real_runs.py), which train the same recipes.
+Twice: in a fresh home (before the demo's set-up) and after it (the tiny model and the arith data made by the tour's own
+`model init tiny` / `data prep arith`). Each command must exit 0 with no traceback. The commands are read from the pages
+themselves, so the test follows them when they change; the few that cannot run here are listed below with the reason.
+The generated references (docs/reference/) show `--help`'s examples in text blocks: not run. Training on CPU runs for
+real in the `slow` variant; the default one runs each training command as a dry run (every check, verl's own validation
+included) and finds the run folders the later commands read (runs/grpo, runs/quickstart, ...) made by the session's real
+runs (tests/real_runs.py), which train the same recipes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.docs.pages import README, label, written_pages
 
 # what cannot run on this machine (no GPU, no internet), matched against the start of a command
 CANNOT_RUN = {
@@ -43,7 +46,7 @@ _GPU = re.compile(r"\bhardware=\S*gpu\b")
 
 
 def _users_files(work: Path, home: Path) -> None:
-    """The files of the user's own that the README's examples name: a QA file to convert, a reward function, a local
+    """The files of the user's own that the docs' examples name: a QA file to convert, a reward function, a local
     copy of gsm8k (the columns of openai/gsm8k)."""
     import json
 
@@ -65,9 +68,14 @@ def _users_files(work: Path, home: Path) -> None:
 
 
 def commands() -> list[str]:
-    """Every command line of the README's shell blocks, in order (continuations joined, comments and outputs
-    dropped, `a && b` split)."""
-    found, fence, lines = [], None, README.read_text().splitlines()
+    """Every command line of the docs pages' shell blocks, in nav order."""
+    return [c for page in written_pages() for c in page_commands(page)]
+
+
+def page_commands(page: Path) -> list[str]:
+    """Every command line of a page's shell blocks, in order (continuations joined, comments and outputs dropped,
+    `a && b` split)."""
+    found, fence, lines = [], None, page.read_text().splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -94,13 +102,22 @@ def cannot_run(command: str) -> str | None:
     return next((why for start, why in CANNOT_RUN.items() if bare.startswith(start)), None)
 
 
-def test_the_readme_has_a_tour():
+def test_the_docs_have_a_tour():
     found = commands()
     assert len(found) >= 40, found
     assert "trainctl model init tiny" in found and "trainctl train recipe=quickstart" in found
-    # every entry of CANNOT_RUN still names a README command: the list shrinks when the README does
+    # every entry of CANNOT_RUN still names a docs command: the list shrinks when the docs do
     for start in CANNOT_RUN:
-        assert any(" ".join(shlex.split(c)).find(start) >= 0 for c in found), f"no README command starts {start!r}"
+        assert any(" ".join(shlex.split(c)).find(start) >= 0 for c in found), f"no docs command starts {start!r}"
+
+
+def test_every_readme_command_is_one_the_tour_runs():
+    """The README's commands are the docs' (the tour runs them in the order a reader meets them there)."""
+    shown = page_commands(README)
+    assert "make demo" in shown and "trainctl train recipe=quickstart" in shown
+    tour = set(commands())
+    missing = [c for c in shown if c not in tour]
+    assert not missing, f"README commands that no docs page shows ({label(written_pages()[1])}: the tour): {missing}"
 
 
 # which session run stands in for a training command's run folder, by the backend its dry run names
@@ -133,7 +150,7 @@ SETUP = ("trainctl model init tiny", "trainctl data prep arith")
 
 
 def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until_set_up: bool = False) -> list[str]:
-    """The tour in README order; with `request`, training commands are dry runs and session runs stand in, and
+    """The tour in docs order; with `request`, training commands are dry runs and session runs stand in, and
     `model init tiny-tools` finds the session's tiny-tools in place (the agent run builds it with the same code: the
     minute and a half of its warm start is not spent twice).
 
@@ -176,9 +193,9 @@ def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until
     return failures
 
 
-def test_every_readme_command_works_before_and_after_the_demo_set_up(cli, tmp_path, monkeypatch, request):
-    """Once from a fresh home (the tour's own set-up commands make the model and data), then the commands the README
-    shows before its set-up again, after `make demo`'s set-up, in a new working directory (the commands after the
+def test_every_docs_command_works_before_and_after_the_demo_set_up(cli, tmp_path, monkeypatch, request):
+    """Once from a fresh home (the tour's own set-up commands make the model and data), then the commands the docs
+    show before its set-up again, after `make demo`'s set-up, in a new working directory (the commands after the
     set-up ran in that state the first time)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     (tmp_path / "first").mkdir()
@@ -187,7 +204,7 @@ def test_every_readme_command_works_before_and_after_the_demo_set_up(cli, tmp_pa
     planned: dict = {}
     first = _run_tour(cli, monkeypatch, request, planned)
     assert planned, "the tour's training commands after its set-up were planned"
-    assert not first, "README commands that fail in a fresh home:\n\n" + "\n\n".join(first)
+    assert not first, "docs commands that fail in a fresh home:\n\n" + "\n\n".join(first)
     (tmp_path / "after-demo").mkdir()
     monkeypatch.chdir(tmp_path / "after-demo")
     _users_files(tmp_path / "after-demo", tmp_path)
@@ -196,16 +213,16 @@ def test_every_readme_command_works_before_and_after_the_demo_set_up(cli, tmp_pa
     # the commands before the set-up again; a training command planned in the first pass once its set-up had run is
     # not planned again: with the same home, its plan is the same (its stand-in run is put in place all the same)
     again = _run_tour(cli, monkeypatch, request, planned, until_set_up=True)
-    assert not again, "README commands that fail after the demo's set-up:\n\n" + "\n\n".join(again)
+    assert not again, "docs commands that fail after the demo's set-up:\n\n" + "\n\n".join(again)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # every training of the tour, one after another (the agent recipe's warm start among them)
-def test_the_readme_tour_trains_for_real(cli, isolated, monkeypatch):
+def test_the_docs_tour_trains_for_real(cli, isolated, monkeypatch):
     """The whole tour after the set-up, every CPU training command run as written (27 minutes on 2 cores)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     _users_files(Path.cwd(), Path.home())
     for setup in ("model init tiny", "data prep arith"):
         assert cli(*setup.split()).exit_code == 0
     failures = _run_tour(cli, monkeypatch)
-    assert not failures, "README commands that fail:\n\n" + "\n\n".join(failures)
+    assert not failures, "docs commands that fail:\n\n" + "\n\n".join(failures)

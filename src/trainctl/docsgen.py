@@ -132,7 +132,7 @@ def cli_page() -> str:
     intro = [
         "Every `trainctl` command with its arguments, options and examples, as `--help` prints them. "
         "`KEY=VALUE` overrides (`algorithm=grpo`, `run.epochs=2`) are explained in "
-        "[Configs and overrides](../concepts.md); each key is in the [config reference](config.md).",
+        "[How a config is made](../concepts.md#how-a-config-is-made); each key is in the [config reference](config.md).",
         "",
         "| command | what it does |",
         "|---|---|",
@@ -245,7 +245,7 @@ def config_page() -> str:
     intro = [
         "Every config group with its options, and every key of trainctl's own sections with its type, allowed "
         "values, default and meaning, from the schema (`src/trainctl/config/schema.py`) and `conf/`. How groups, "
-        "options and overrides combine: [Configs and overrides](../concepts.md).",
+        "options and overrides combine: [How a config is made](../concepts.md#how-a-config-is-made).",
         "",
         "Groups: " + ", ".join(f"[{g}](#{g}-options)" for g in GROUPS) + ".",
         "",

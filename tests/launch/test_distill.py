@@ -3,7 +3,7 @@ transformers rollout serving both the student and its teacher. The random tiny m
 SFT'd one (the session's SFT run, 48 steps): its per-token KL to the teacher falls, and its held-out answers come to
 look like the teacher's (scored the same way for both, sampled at temperature 1: how the student's distribution moves).
 
-Measured with the recipe as shipped (20 steps) on this machine, seeds 42, 0 and 2 (see the README's "Does it
+Measured with the recipe as shipped (20 steps) on this machine, seeds 42, 0 and 2 (see docs/measurements.md, "Does it
 learn?"): the per-token KL estimate (actor/distillation/abs_loss), mean of steps 1-3 -> 18-20, 1.30-1.34 ->
 0.067-0.094; on the test split (64 prompts x 8 samples), the base model -> the student -> the teacher: reward=arith's
 score (how answer-like the text is) 0.04 -> 0.38-0.41 -> 0.41, the share of answers that end before the length limit

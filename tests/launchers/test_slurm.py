@@ -182,7 +182,8 @@ def test_sft_across_two_slurm_nodes_learns_as_two_processes_on_one_node_do(
 
 @pytest.mark.slow
 def test_the_quickstart_through_slurm(cli, slurm, tiny_model, arith_data, tmp_path):
-    """`trainctl train recipe=quickstart hardware.launcher=slurm` as the README shows it: 48 steps, validated."""
+    """`trainctl train recipe=quickstart hardware.launcher=slurm` as docs/guides/clusters.md shows it: 48 steps,
+    validated."""
     result = cli("train", "recipe=quickstart", *SLURM)
     assert result.exit_code == 0, result.output[-3000:]
     status = _status(tmp_path / "work", "quickstart")

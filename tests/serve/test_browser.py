@@ -2,7 +2,8 @@
 build). The runs table, a run page with its charts drawn, the agent run's trajectories, and a quickstart launched
 from the launch form and watched to its end; no page may request anything from outside 127.0.0.1.
 
-TRAINCTL_SCREENSHOTS=docs/serve pytest tests/serve/test_browser.py writes the README's screenshots there.
+TRAINCTL_SCREENSHOTS=docs/serve pytest tests/serve/test_browser.py writes the screenshots of docs/guides/platform.md
+there.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def site(sft_run, grpo_run, agent_run, real_home, copies, tmp_path_factory):
 
 
 def _shot(page, name: str, tmp: Path, readme: bool = True) -> None:
-    """A screenshot in the test's folder; with TRAINCTL_SCREENSHOTS, the README's ones there too."""
+    """A screenshot in the test's folder; with TRAINCTL_SCREENSHOTS, the docs' ones there too."""
     for folder in [tmp, *([Path(SHOTS)] if SHOTS and readme else [])]:
         folder.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(folder / f"{name}.png"))
