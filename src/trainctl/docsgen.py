@@ -107,7 +107,7 @@ def _param_row(param) -> tuple[str, ...]:
 def cli_page() -> str:
     import typer
 
-    from trainctl.cli.main import app
+    from trainctl.cli.main import REFERENCE_LINE, app
 
     root = typer.main.get_command(app)
     index, body = [], []
@@ -126,13 +126,22 @@ def cli_page() -> str:
         params = [p for p in cmd.get_params(ctx) if not getattr(p, "hidden", False) and p.name != "help"]
         if params:
             body += _table(("argument or option", "type", "default", "meaning"), [_param_row(p) for p in params])
-        if cmd.epilog:
-            body += ["```text", *(line.rstrip() for line in cmd.epilog.replace("\b", "").strip("\n").splitlines())]
-            body += ["```", ""]
+        # the epilog's examples; its last line, which names this section (trainctl.cli.main.REFERENCE_LINE), is not
+        # repeated here
+        epilog = [
+            line.rstrip()
+            for line in (cmd.epilog or "").replace("\b", "").strip("\n").splitlines()
+            if not line.startswith(REFERENCE_LINE)
+        ]
+        while epilog and not epilog[-1]:
+            epilog.pop()
+        if epilog:
+            body += ["```text", *epilog, "```", ""]
     intro = [
         "Every `trainctl` command with its arguments, options and examples, as `--help` prints them. "
         "`KEY=VALUE` overrides (`algorithm=grpo`, `run.epochs=2`) are explained in "
-        "[How a config is made](../concepts.md#how-a-config-is-made); each key is in the [config reference](config.md).",
+        "[How a config is made](../concepts.md#how-a-config-is-made); each key is in the "
+        "[config reference](config.md).",
         "",
         "| command | what it does |",
         "|---|---|",

@@ -85,3 +85,19 @@ def test_check_names_the_command_when_a_page_is_stale(tmp_path, capsys):
     (tmp_path / "cli.md").write_text("old\n")
     assert docsgen.main(["--check", "--out", str(tmp_path)]) == 1
     assert f"run: {docsgen.REGENERATE}" in capsys.readouterr().err
+
+
+def test_every_commands_help_names_its_reference_section(generated, cli):
+    """`--help` ends with the section of docs/reference/cli.md that documents the command, and that section is there."""
+    import re
+
+    import typer
+
+    from trainctl.cli.main import REFERENCE, app, reference_anchor
+
+    headings = {"-".join(m.split()) for m in re.findall(r"^## (.+)$", (generated / "cli.md").read_text(), re.M)}
+    for path, _ in docsgen._commands(typer.main.get_command(app), ("trainctl",)):
+        anchor = reference_anchor(list(path[1:]))
+        assert anchor in headings, path
+        assert f"Reference: {REFERENCE}#{anchor}" in cli(*path[1:], "--help").stdout, path
+    assert "docs/reference/cli.md" in cli("--help").stdout

@@ -82,7 +82,8 @@ class _Root(TyperGroup):
 app = typer.Typer(
     name="trainctl",
     help="Declarative post-training for LLMs: compose config groups into a checked verl or TRL run.",
-    epilog="Start with: trainctl config groups, then trainctl train recipe=quickstart --dry-run",
+    epilog="Start with: trainctl config groups, then trainctl train recipe=quickstart --dry-run\n\n"
+    "Documentation: docs/index.md (make docs-serve); every command: docs/reference/cli.md",
     no_args_is_help=True,
     # plain help: rich's help formatter costs ~0.12 s of imports, and `--help` must stay instant
     rich_markup_mode=None,
@@ -110,6 +111,38 @@ Examples:
   trainctl doctor hardware=4x8gpu            the Ray cluster RAY_ADDRESS names, against 4 x 8 GPUs
 """,
 )(doctor)
+
+
+# where each command's reference section is: docs/reference/cli.md, generated from this app (trainctl.docsgen), one
+# section a command, its anchor the command's words joined by dashes
+REFERENCE = "docs/reference/cli.md"
+REFERENCE_LINE = "Reference: "
+
+
+def reference_anchor(path: list[str]) -> str:
+    return "-".join(["trainctl", *path])
+
+
+def _link_reference(typer_app: typer.Typer, path: list[str]) -> None:
+    """End each command's and group's help with the line naming its section of the command reference."""
+    from typer.main import get_command_name
+
+    for info in typer_app.registered_commands:
+        name = info.name or get_command_name(info.callback.__name__)
+        info.epilog = _with_reference(info.epilog, [*path, name])
+    for info in typer_app.registered_groups:
+        group = info.typer_instance
+        epilog = info.epilog if isinstance(info.epilog, str) else group.info.epilog
+        info.epilog = _with_reference(epilog if isinstance(epilog, str) else None, [*path, info.name])
+        _link_reference(group, [*path, info.name])
+
+
+def _with_reference(epilog: str | None, path: list[str]) -> str:
+    line = f"{REFERENCE_LINE}{REFERENCE}#{reference_anchor(path)}"
+    return f"{epilog.rstrip()}\n\n{line}" if epilog else line
+
+
+_link_reference(app, [])
 
 
 def _version(value: bool) -> None:
