@@ -120,7 +120,14 @@ def test_search_finds_a_config_key(site):
     page.goto(url + "index.html")
     box = page.locator("input.md-search__input")
     box.click()  # the header's search box (a wide window shows it; a narrow one, its button)
-    box.fill("lora.rank")
+    # the index loads in a web worker: a query typed before it is ready is dropped
+    meta = page.locator(".md-search-result__meta")
+    page.wait_for_function(
+        "() => !document.querySelector('.md-search-result__meta').textContent.includes('Initializing')",
+        timeout=20_000,
+    )
+    assert "Type to start searching" in meta.inner_text()
+    box.press_sequentially("lora.rank")  # typed: the search reads key presses, not a value set at once
     results = page.locator(".md-search-result__item a")
     results.first.wait_for(timeout=20_000)
     hrefs = results.evaluate_all("els => els.map(e => e.href)")
