@@ -15,6 +15,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,6 +179,39 @@ def backend_keys() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+@dataclass
+class PrimaryConfig:
+    """conf/trainctl.yaml as written: the option it chooses in each group, and the value of each key it sets."""
+
+    choices: dict[str, str]
+    values: dict[str, object]
+
+
+def primary_config() -> PrimaryConfig:
+    import yaml
+
+    from trainctl import paths
+
+    data = yaml.safe_load((paths.builtin_conf_dir() / "trainctl.yaml").read_text()) or {}
+    choices = {}
+    for entry in data.pop("defaults", []):
+        if isinstance(entry, dict):
+            for group, option in entry.items():
+                if isinstance(option, str):
+                    choices[group] = option
+    values: dict[str, object] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif prefix:
+            values[prefix] = node
+
+    walk(data, "")
+    return PrimaryConfig(choices, values)
+
+
 MAPPING_NAMES = {"verl_ppo": "verl PPO family", "verl_sft": "verl SFT", "trl": "TRL"}
 
 
@@ -214,21 +248,28 @@ def config_page() -> str:
     from trainctl.config.search import GROUP_HELP, GROUPS, SearchPath, describe
 
     search = SearchPath(user_dirs=[])
+    primary = primary_config()
     body = ["## Groups", ""]
     body += [
         "A run is one option from each group (`algorithm=grpo model=tiny`); `trainctl config groups` lists them with "
-        "your own options (`./conf/GROUP/NAME.yaml`) beside these.",
+        "your own options (`./conf/GROUP/NAME.yaml`) beside these. The default is the option `conf/trainctl.yaml` "
+        "chooses when the command line and the recipe choose none.",
         "",
     ]
     for group in GROUPS:
         # "algorithm options": the keys' sections below take the bare names as their anchors (#lora)
-        body += [f"### {group} options", "", _text(GROUP_HELP[group][0].upper() + GROUP_HELP[group][1:]) + ".", ""]
+        text = _text(GROUP_HELP[group][0].upper() + GROUP_HELP[group][1:]) + "."
+        if primary.choices.get(group):
+            text += f" Default: {_code(primary.choices[group])}."
+        body += [f"### {group} options", "", text, ""]
         rows = [(_code(name), _cell(describe(file))) for name, file in search.options(group).items()]
         body += _table(("option", "what it is"), rows)
     body += ["## Keys", ""]
     body += [
-        "trainctl's own keys, set in a group's options, a recipe or on the command line (`hardware.rollout_tp=4`). A "
-        "key marked *set by the option* has no default of its own: every option of its group sets it. *Becomes* "
+        "trainctl's own keys, set in a group's options, a recipe or on the command line (`hardware.rollout_tp=4`). "
+        "The default is the value when none of those sets the key: `conf/trainctl.yaml`'s (as written there, "
+        "interpolations included), else the schema's. A key marked *set by the option* has no default of its own: "
+        "every option of its group sets it. *Becomes* "
         "names the backend keys trainctl's mappings (`conf/mapping/`) set from it; any backend key can also be set "
         "directly, as the backend's own docs spell it (`actor_rollout_ref.actor.optim.lr=1e-6`). "
         "`trainctl config keys SECTION` prints the same in the terminal.",
@@ -249,6 +290,8 @@ def config_page() -> str:
                 f"{MAPPING_NAMES.get(m, m)}: " + ", ".join(_code(k) for k, _ in group)
                 for m, group in _by_mapping(becomes.get(key, []))
             )
+            if key in primary.values:
+                default = primary.values[key]
             table.append((_code(key), _cell(kind), _default_text(default), _cell(doc), into))
         body += _table(("key", "type", "default", "meaning", "becomes"), table)
     intro = [
