@@ -95,7 +95,7 @@ test-slow: $(STAMP) browser slurm ## run the slow tests too (the whole suite but
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 # The slow tests alone: the trainings `make test` leaves out to stay short (Ray jobs, the reward-model and
-# judge runs, resumes, faults, every PPO-family algorithm, the README's trainings for real). CI runs `make test` alone.
+# judge runs, resumes, faults, every PPO-family algorithm, the docs' trainings for real). CI runs `make test` alone.
 .PHONY: test-slow-only
 test-slow-only: $(STAMP) browser slurm ## run only the slow tests (what `make test` leaves out)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
