@@ -215,7 +215,7 @@ def tiny_reward_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tools_dir(tmp_path_factory) -> Path:
     """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls, 3-6 min), once per session:
-    the agent run trains it and the README tour finds it in place."""
+    the agent run trains it and the docs tour finds it in place."""
     from trainctl.models.tiny import init_tiny
 
     return once(tmp_path_factory, "tiny-tools", lambda d: init_tiny(d / "tiny-tools", name="tiny-tools"))

@@ -195,7 +195,7 @@ def shared_train(tmp_path_factory, home: Home, name: str, *args: str, **kwargs) 
 def sft_run(real_home, tmp_path_factory) -> RealRun:
     """verl SFT: `trainctl train recipe=quickstart` (SFT_STEPS steps, validation every SFT_EVERY) with a checkpoint
     every SFT_EVERY, logger=console, in a terminal (the live view). Issue 29's SFT learning run
-    (tests/launch/test_learning.py), the checkpoints the ckpt tests read, the run the README tour's SFT commands
+    (tests/launch/test_learning.py), the checkpoints the ckpt tests read, the run the docs tour's SFT commands
     find."""
     return shared_train(
         tmp_path_factory, real_home, "sft", "recipe=quickstart", f"run.save_every={SFT_EVERY}", "logger=console",
