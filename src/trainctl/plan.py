@@ -153,6 +153,8 @@ def resolve(
         others.update(more)
         words = [*words, *(w for w in extra if w.partition("=")[0] in more)]
         loaded = load(words, search)
+    # env=NAME: its rows generated where data=env reads them (once per setting of it), its settings checked first
+    _prepare_env(loaded.cfg)
     # the reward kind translates its own settings: they must be what it declares before anything is built
     found = reward.section(loaded.cfg, loaded.comp)
     if found:
@@ -168,6 +170,26 @@ def resolve(
     if raise_errors or (strict and any(p.is_error for p in typed)):
         plan.raise_for_errors()
     return plan
+
+
+def _prepare_env(cfg) -> None:
+    env_chosen, reads_env = cfg.env.kind != "none", "env" in (cfg.data.name, cfg.reward.name)
+    if reads_env and not env_chosen:
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"data={cfg.data.name} reward={cfg.reward.name}: data=env and reward=env read the run's "
+                    "environment, and env=none chose none.",
+                    key="env",
+                    hint="env=reasoning_gym env.tasks=[spell_backward,basic_arithmetic]   (env=NAME chooses data=env "
+                    "and reward=env itself)",
+                )
+            ]
+        )
+    if env_chosen:
+        from trainctl import envs
+
+        envs.prepare(cfg)
 
 
 def _written(loaded: Loaded, key: str) -> str | None:

@@ -71,7 +71,9 @@ def test_every_recipe_validates(recipe, tiny_model):
     )
 
 
-@pytest.mark.parametrize("group", ["algorithm", "model", "data", "reward", "tools", "hardware", "logger", "lora"])
+@pytest.mark.parametrize(
+    "group", ["algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora"]
+)
 def test_every_option_file_is_documented(group):
     from trainctl.config.search import describe
 

@@ -43,8 +43,18 @@ def checks(cfg: Config, comp: Composition) -> list[Problem]:
                 )
             )
     fmt = cfg.algorithm.data_format
-    if fmt not in cfg.data.formats:
-        having = [n for n, f in comp.search.options("data").items() if fmt in data_formats(f)]
+    if fmt not in cfg.data.formats and cfg.env.kind != "none":
+        problems.append(
+            Problem(
+                f"env={cfg.env.name} supplies RL prompts and their scoring; algorithm={cfg.algorithm.name} reads "
+                f"{fmt} data.",
+                key="env",
+                hint="a PPO-family algorithm (algorithm=grpo), or env=none with a data option",
+            )
+        )
+    elif fmt not in cfg.data.formats:
+        # data=env is the rows of an environment (env=NAME chooses it), not an option to choose by hand
+        having = [n for n, f in comp.search.options("data").items() if fmt in data_formats(f) and n != "env"]
         problems.append(
             Problem(
                 f"data={cfg.data.name} has no {fmt} format (it has {', '.join(cfg.data.formats)}); "

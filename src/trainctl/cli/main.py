@@ -14,6 +14,7 @@ from trainctl import __version__
 from trainctl.cli import ckpt as ckpt_cmd
 from trainctl.cli import config as config_cmd
 from trainctl.cli import data as data_cmd
+from trainctl.cli import env as env_cmd
 from trainctl.cli import jobs as jobs_cmd
 from trainctl.cli import model as model_cmd
 from trainctl.cli import runs as runs_cmd
@@ -96,6 +97,7 @@ app.command("eval", context_settings=OVERRIDE_CONTEXT, epilog=EVAL_EPILOG)(eval_
 app.command("chat", context_settings=OVERRIDE_CONTEXT, epilog=CHAT_EPILOG)(chat_command)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(data_cmd.app, name="data")
+app.add_typer(env_cmd.app, name="env")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(ckpt_cmd.app, name="ckpt")

@@ -18,7 +18,7 @@ def plan_text(plan: Plan, title: str | None = None) -> str:
     if title:
         lines += [title, ""]
     lines.append(
-        f"Plan: {cfg.algorithm.name} on model={cfg.model.name} with data={cfg.data.name}, "
+        f"Plan: {cfg.algorithm.name} on model={cfg.model.name} with {_prompts(cfg)}, "
         f"hardware={hw.name} ({_count(hw.nnodes, 'node')} x {_count(hw.gpus_per_node, devices)}, "
         f"{hw.launcher}), loggers: {', '.join(plan.loggers())}"
     )
@@ -98,3 +98,11 @@ def yaml_with_origins(tree: dict, origin, prefix: str = "", indent: int = 0) -> 
         else:
             lines.append(f"{pad}{name}: {_scalar(value)}  # {origin(path)}")
     return lines
+
+
+def _prompts(cfg) -> str:
+    """Where the run's prompts come from: the data option, or the environment and its tasks."""
+    if cfg.env.kind == "none":
+        return f"data={cfg.data.name}"
+    names = [t if isinstance(t, str) else t.get("name") for t in cfg.env.tasks]
+    return f"env={cfg.env.name} ({', '.join(map(str, names))})" if names else f"env={cfg.env.name}"

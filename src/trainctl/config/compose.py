@@ -216,6 +216,38 @@ def _hydra_compose(search: SearchPath, group_overrides: list[str]) -> tuple[Dict
     return cfg, choices
 
 
+def _env_takes_data_and_reward(group_overrides: list[str]) -> list[str]:
+    """An environment (env=NAME, not none) supplies the run's prompts and scoring: data=env and reward=env, which
+    read it. A data= or reward= beside it is refused rather than silently dropped or silently winning."""
+    chosen = dict(o.split("=", 1) for o in group_overrides if "@" not in o.split("=", 1)[0])
+    env = chosen.get("env")
+    if env in (None, "none"):
+        return []
+    clash = [f"{g}={chosen[g]}" for g in ("data", "reward") if chosen.get(g) not in (None, "env")]
+    if clash:
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"env={env} supplies the run's prompts and their scoring, which {' and '.join(clash)} would "
+                    "supply too.",
+                    key="env",
+                    hint=f"drop {' '.join(clash)} (env={env} reads its own), or drop env={env} (env=none) to train "
+                    "on the data option",
+                )
+            ]
+        )
+    return [f"{g}=env" for g in ("data", "reward") if g not in chosen]
+
+
+def env_digest(env) -> str:
+    """A short digest of an environment's settings: the name of the folder its rows are generated into."""
+    import hashlib
+    import json
+
+    settings = OmegaConf.to_container(env, resolve=True)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def _group_override(o: Override, search: SearchPath, problems: list[Problem]) -> str | None:
     group = o.key
     options = list(search.options(group))
@@ -273,6 +305,7 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
             backend.append((o, None, o.key))
     if problems:
         raise ConfigProblems(problems)
+    group_overrides += _env_takes_data_and_reward(group_overrides)
 
     cfg, choices = hydra_compose(search, group_overrides)
 
@@ -294,6 +327,10 @@ def compose(overrides: list[Override], search: SearchPath) -> Composition:
         with open_dict(cfg):
             OmegaConf.update(cfg, o.key, o.value, merge=True)
         trainctl_overrides.append(o)
+
+    if OmegaConf.select(cfg, "data.name") == "env" and OmegaConf.select(cfg, "env.kind") not in (None, "none"):
+        with open_dict(cfg):  # one folder per setting of the environment: a changed task mix is new rows
+            cfg.data.dir = f"{cfg.data.dir}-{env_digest(cfg.env)}"
 
     family = OmegaConf.select(cfg, "algorithm.family")
     if family not in FAMILY_NODE:

@@ -168,6 +168,31 @@ class Data:
 
 
 @dataclass
+class Env:
+    """A packaged environment (issue 55): it supplies the prompts and the scoring of an RL run, in place of the data
+    and reward options (env=NAME chooses data=env and reward=env for the run; trainctl.envs)."""
+
+    name: str = doc("the environment option's name (env=NAME)")
+    kind: str = doc("none (the data and reward options score the run), or reasoning_gym (its procedural tasks)")
+    tasks: list[Any] = opt(
+        "reasoning_gym: the tasks, each a generator name (spell_backward) or {name, weight, settings}: its share of "
+        "the rows (weights are relative) and its generator's settings (difficulty: `trainctl env show NAME`)",
+        [],
+    )
+    train_size: int = opt("rows in the generated train split", 512, ge=1)
+    test_size: int = opt(
+        "rows in the held-out split (validation and `trainctl eval`), drawn from another seed", 64, ge=1
+    )
+    seed: int = opt("seed of the train split (the held-out split's is seed + 1)", 0, ge=0)
+    system_prompt: str | None = opt("a system message before every prompt (null: none)")
+    instruction: str | None = opt("appended to every question: the answer form the scorer reads")
+    answer_tag: str = opt("the tag the scorer reads the answer from (<answer>...</answer>)", "answer")
+    reward_fn: str | None = opt("the scoring function reward=env calls (the kind's own)")
+    max_prompt_length: int = opt("token budget of a generated prompt (data=env's)", 256, ge=1)
+    max_response_length: int = opt("token budget of a response (data=env's)", 64, ge=1)
+
+
+@dataclass
 class Reward:
     """How RL responses are scored (PPO family): one kind per run. Beside `kind` sit that kind's own settings
     (reward.model, reward.url, ...): each kind declares them (trainctl.backends.rewards), and they are checked against
@@ -380,6 +405,7 @@ class Config:
     model: Model
     data: Data
     reward: Reward
+    env: Env
     hardware: Hardware
     tools: Tools
     logger: Logger
@@ -407,6 +433,7 @@ SECTIONS: tuple[str, ...] = (
     "model",
     "data",
     "reward",
+    "env",
     "distillation",
     "tools",
     "hardware",

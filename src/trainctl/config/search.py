@@ -8,13 +8,14 @@ from pathlib import Path
 from trainctl import paths
 
 # The groups a user chooses from on the command line (`algorithm=grpo`), in the order `config groups` lists them.
-GROUPS = ("algorithm", "model", "data", "reward", "tools", "hardware", "logger", "lora", "recipe")
+GROUPS = ("algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora", "recipe")
 
 GROUP_HELP = {
     "algorithm": "what to train, and which trainer runs it",
     "model": "the model to start from",
     "data": "the dataset, and where its prepared files live",
     "reward": "how RL responses are scored: verl's rules, your function, a reward model, an LLM judge",
+    "env": "packaged environments (reasoning-gym's procedural tasks): the prompts and the scoring in one",
     "tools": "tools the model may call in RL rollouts: MCP servers (stdio, SSE, HTTP) and Python functions",
     "hardware": "where it runs: devices, nodes, launcher, parallelism",
     "logger": "where metrics go",

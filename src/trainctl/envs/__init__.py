@@ -1,0 +1,63 @@
+"""Packaged environments (env=NAME, issue 55): each supplies an RL run's prompts and their scoring, in place of a data
+and a reward option. A kind is one module here with the same four functions, registered in KINDS:
+
+  problems(env)              what is wrong with the env section's settings (before anything is generated)
+  rows(env, split)           the split's RL rows (verl's columns; the row's task and scorer input in extra_info)
+  tasks()                    the names the kind offers (`trainctl env ls`)
+  describe(task, n, seed)    a task's settings and n generated examples, scored (`trainctl env show`)
+
+prepare() writes a config's rows into data.dir (a folder per setting of the environment: trainctl.config.compose),
+all or none, once: the next plan with the same settings finds them there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from trainctl.errors import ConfigProblems
+
+# kind -> the module that implements it
+KINDS = {"reasoning_gym": "trainctl.envs.reasoning_gym"}
+SPLITS = {"train": "train_files", "test": "val_files"}
+
+
+def kind_module(kind: str) -> ModuleType:
+    return importlib.import_module(KINDS[kind])
+
+
+def prepared(cfg: Any) -> bool:
+    """Whether the environment's rows are where data=env reads them."""
+    return all(Path(getattr(cfg.data, key)).is_file() for key in SPLITS.values())
+
+
+def prepare(cfg: Any) -> Path | None:
+    """Write the environment's train and held-out rows into data.dir unless they are there (None: no environment,
+    or nothing to write). Raises ConfigProblems for settings the kind refuses, before anything is written."""
+    env = cfg.env
+    if env.kind == "none" or cfg.data.name != "env" or prepared(cfg):
+        return None
+    from trainctl.data.writer import write_rows
+
+    kind = kind_module(env.kind)
+    problems = kind.problems(env)
+    if problems:
+        raise ConfigProblems(problems)
+    folder = Path(cfg.data.dir)
+    staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for split, key in SPLITS.items():
+            target = staging / Path(getattr(cfg.data, key)).relative_to(folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_rows(target, kind.rows(env, split))
+        if folder.exists():  # an earlier, interrupted write: what is there is not whole
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

@@ -1,0 +1,211 @@
+"""env=reasoning_gym: reasoning-gym's procedural tasks, generated offline and scored by reasoning-gym itself.
+
+Any generator reasoning-gym registers is a task by its name (its registry is read, not a list of ours). A mix of
+tasks is reasoning-gym's own composite dataset (each task's weight its share of the rows, each its settings); every
+row keeps its task (data_source reasoning_gym/TASK, so verl's validation reports each task on its own) and
+reasoning-gym's entry, which its scorer reads (trainctl.runtime.rewards.reasoning_gym).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from trainctl.errors import Problem
+
+INSTALL = "pip install 'reasoning-gym==0.1.25'"
+# the data_source of a row: PREFIX/TASK
+PREFIX = "reasoning_gym"
+
+
+def _registry() -> dict[str, tuple[type, type]] | None:
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        return None
+    return DATASETS
+
+
+def task_specs(env) -> list[dict[str, Any]]:
+    """env.tasks as {name, weight, settings} each (a bare name: weight 1, the generator's defaults)."""
+    specs = []
+    for t in env.tasks:
+        if isinstance(t, str):
+            specs.append({"name": t, "weight": 1.0, "settings": {}})
+        else:
+            t = dict(t)
+            settings = dict(t.get("settings") or {})
+            specs.append({"name": t.get("name"), "weight": t.get("weight", 1.0), "settings": settings})
+    return specs
+
+
+def problems(env) -> list[Problem]:
+    from trainctl.suggest import closest
+
+    registry = _registry()
+    if registry is None:
+        return [
+            Problem(
+                "env=reasoning_gym needs the reasoning-gym package, which is not installed here.",
+                key="env",
+                hint=INSTALL,
+            )
+        ]
+    if not env.tasks:
+        return [
+            Problem(
+                "env.tasks is empty: reasoning_gym needs at least one task.",
+                key="env.tasks",
+                hint="env.tasks=[spell_backward,basic_arithmetic]   (`trainctl env ls` lists them)",
+            )
+        ]
+    found: list[Problem] = []
+    for i, t in enumerate(env.tasks):
+        key = f"env.tasks[{i}]"
+        if not isinstance(t, str):
+            extra = sorted(set(dict(t)) - {"name", "weight", "settings"})
+            if extra or "name" not in dict(t):
+                found.append(
+                    Problem(
+                        f"{key} = {dict(t)}: a task is a name, or {{name, weight, settings}}"
+                        + (f" (not {', '.join(extra)})" if extra else " (its name is missing)")
+                        + ".",
+                        key=key,
+                        hint=f"{key}={{name:spell_backward,weight:2,settings:{{max_word_len:5}}}}",
+                    )
+                )
+                continue
+    if found:
+        return found
+    for i, spec in enumerate(task_specs(env)):
+        key, name = f"env.tasks[{i}]", spec["name"]
+        if name not in registry:
+            guess = next(iter(closest(str(name), registry)), None)
+            found.append(
+                Problem(
+                    f"{key}: reasoning-gym has no task {name!r}.",
+                    key=key,
+                    details=[f"Did you mean '{guess}'?"] if guess else [],
+                    hint="trainctl env ls   (every task reasoning-gym registers)",
+                )
+            )
+            continue
+        weight = spec["weight"]
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or weight <= 0:
+            found.append(
+                Problem(f"{key}.weight = {weight!r}: a task's weight is a number above 0.", key=f"{key}.weight")
+            )
+        config_cls = registry[name][1]
+        fields = {f.name: f for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")}
+        unknown = [k for k in spec["settings"] if k not in fields]
+        for k in unknown:
+            guess = next(iter(closest(k, fields)), None)
+            found.append(
+                Problem(
+                    f"{key}.settings.{k}: {name} has no setting {k!r}.",
+                    key=f"{key}.settings.{k}",
+                    details=[f"Did you mean '{guess}'?"] if guess else [],
+                    hint=f"{name}'s settings: {', '.join(fields)}   (trainctl env show {name})",
+                )
+            )
+        if unknown:
+            continue
+        try:
+            config = config_cls(**spec["settings"])
+            if hasattr(config, "validate"):
+                config.validate()
+        except (AssertionError, ValueError, TypeError) as e:
+            defaults = ", ".join(f"{k} (default {fields[k].default!r})" for k in spec["settings"])
+            found.append(
+                Problem(
+                    f"{key}.settings: {name} refuses {spec['settings']}: {e or type(e).__name__}.",
+                    key=f"{key}.settings",
+                    details=[f"{name}'s settings given: {defaults}"] if defaults else [],
+                    hint=f"trainctl env show {name}   (its settings and their defaults)",
+                )
+            )
+    return found
+
+
+def _dataset(env, split: str):
+    import reasoning_gym
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = [DatasetSpec(s["name"], float(s["weight"]), s["settings"]) for s in task_specs(env)]
+    size = env.train_size if split == "train" else env.test_size
+    seed = env.seed if split == "train" else env.seed + 1  # a held-out split of other draws
+    return reasoning_gym.create_dataset("composite", size=size, seed=seed, datasets=specs)
+
+
+def rows(env, split: str):
+    for index, entry in enumerate(_dataset(env, split)):
+        task = entry["metadata"]["source_dataset"]
+        question = entry["question"] if not env.instruction else f"{entry['question']}\n{env.instruction}"
+        prompt = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
+        yield {
+            "data_source": f"{PREFIX}/{task}",
+            "prompt": [*prompt, {"role": "user", "content": question}],
+            "ability": "reasoning",
+            "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
+            "extra_info": {
+                "split": split,
+                "index": index,
+                "task": task,
+                "answer_tag": env.answer_tag,
+                # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
+                "entry": json.dumps(entry, default=str),
+            },
+        }
+
+
+def tasks() -> list[str]:
+    registry = _registry()
+    return sorted(registry) if registry is not None else []
+
+
+@dataclasses.dataclass
+class Example:
+    question: str
+    answer: str
+    right: float  # reasoning-gym's score of the answer in its tag
+    untagged: float  # and of the same answer without the tag
+
+
+@dataclasses.dataclass
+class Description:
+    settings: dict[str, Any]  # the generator's settings and their defaults
+    examples: list[Example]
+
+
+def describe(task: str, n: int = 3, seed: int = 0) -> Description:
+    """A task's settings and n examples, scored as a run scores them (trainctl.runtime.rewards.reasoning_gym)."""
+    from trainctl.errors import TrainctlError
+    from trainctl.runtime.rewards.reasoning_gym import score
+    from trainctl.suggest import closest
+
+    registry = _registry()
+    if registry is None:
+        raise TrainctlError("reasoning-gym is not installed here.", hint=INSTALL)
+    if task not in registry:
+        guess = next(iter(closest(task, registry)), None)
+        raise TrainctlError(
+            f"reasoning-gym has no task {task!r}." + (f" Did you mean '{guess}'?" if guess else ""),
+            hint="trainctl env ls",
+        )
+    import reasoning_gym
+
+    config_cls = registry[task][1]
+    settings = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        for f in dataclasses.fields(config_cls)
+        if f.name not in ("seed", "size")
+    }
+    examples = []
+    for entry in reasoning_gym.create_dataset(task, size=max(n, 1), seed=seed) if n else []:
+        info = {"task": task, "entry": json.dumps(entry, default=str), "answer_tag": "answer"}
+        answer = str(entry["answer"])
+        examples.append(
+            Example(entry["question"], answer, score(f"<answer>{answer}</answer>", info), score(answer, info))
+        )
+    return Description(settings, examples[:n])

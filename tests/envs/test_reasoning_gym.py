@@ -1,0 +1,161 @@
+"""env=reasoning_gym (issue 55): reasoning-gym's tasks as a run's prompts and scoring. Its rows and scorer against
+reasoning-gym's own; every bad input refused before anything is generated; `trainctl env ls/show`; and a real GRPO
+run of the tiny model on a two-task mix through verl's loop, validated task by task, then `trainctl eval`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.real_runs import train, trainctl
+from trainctl.envs import reasoning_gym as kind
+from trainctl.runtime.rewards.reasoning_gym import compute_score
+
+MIX = "env.tasks=[spell_backward,{name:basic_arithmetic,weight:3,settings:{max_terms:2}}]"
+
+
+def _env(**over):
+    base = {
+        "tasks": ["spell_backward", {"name": "basic_arithmetic", "weight": 3, "settings": {"max_terms": 2}}],
+        "train_size": 200,
+        "test_size": 16,
+        "seed": 0,
+        "system_prompt": None,
+        "instruction": "Give only the final answer, as <answer>ANSWER</answer>.",
+        "answer_tag": "answer",
+    }
+    return OmegaConf.create({**base, **over})
+
+
+def test_rows_mix_the_tasks_by_weight_and_score_as_reasoning_gym_does():
+    import reasoning_gym
+
+    env = _env()
+    rows = list(kind.rows(env, "train"))
+    counts = Counter(r["extra_info"]["task"] for r in rows)
+    assert len(rows) == 200 and 120 <= counts["basic_arithmetic"] <= 180, counts  # weight 3 of 4: ~150
+    for row in rows[:40]:
+        info = row["extra_info"]
+        entry = json.loads(info["entry"])
+        assert row["data_source"] == f"reasoning_gym/{info['task']}"
+        assert row["prompt"][-1]["content"].endswith("<answer>ANSWER</answer>.")
+        own = reasoning_gym.get_score_answer_fn(info["task"])  # reasoning-gym's scorer, on the same entry
+        for response, answer in (
+            (f"so <answer>{entry['answer']}</answer>", entry["answer"]),
+            ("<answer>certainly wrong</answer>", "certainly wrong"),
+            (str(entry["answer"]), None),  # no tag: no answer
+        ):
+            got = compute_score(row["data_source"], response, row["reward_model"]["ground_truth"], info)
+            assert got["score"] == own(answer, entry), (response, got)
+            assert got["acc"] == float(got["score"] >= 1.0)
+        assert compute_score(row["data_source"], f"<answer>{entry['answer']}</answer>", None, info)["acc"] == 1.0
+    test = list(kind.rows(env, "test"))
+    assert len(test) == 16 and [r["prompt"] for r in test] != [r["prompt"] for r in rows[:16]]  # seed + 1
+
+
+# (overrides, the lines the error must hold)
+BAD = {
+    "unknown task": (
+        ["env.tasks=[spel_backward]"],
+        ["env.tasks[0]: reasoning-gym has no task 'spel_backward'.", "Did you mean 'spell_backward'?"],
+    ),
+    "unknown setting": (
+        ["env.tasks=[{name:basic_arithmetic,settings:{max_term:3}}]"],
+        ["env.tasks[0].settings.max_term: basic_arithmetic has no setting 'max_term'.", "Did you mean 'max_terms'?"],
+    ),
+    "setting out of range": (
+        ["env.tasks=[{name:spell_backward,settings:{min_word_len:0}}]"],
+        ["spell_backward refuses {'min_word_len': 0}: min_word_len must be positive.", "trainctl env show"],
+    ),
+    "no tasks": (["env.tasks=[]"], ["env.tasks is empty: reasoning_gym needs at least one task."]),
+    "a malformed task": (["env.tasks=[{nam:spell_backward}]"], ["a task is a name, or {name, weight, settings}"]),
+    "a weight of 0": (["env.tasks=[{name:spell_backward,weight:0}]"], ["a task's weight is a number above 0."]),
+    "data beside it": (
+        ["data=gsm8k"],
+        ["env=reasoning_gym supplies the run's prompts and their scoring, which data=gsm8k would supply too."],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_message_before_anything_is_generated(case, cli, isolated):
+    words, lines = BAD[case]
+    result = cli("config", "validate", "algorithm=grpo", "env=reasoning_gym", *words)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    for line in lines:
+        assert line in said, said
+    assert not (isolated / "data").exists(), "nothing generated"
+
+
+def test_data_env_without_an_environment_is_refused(cli, isolated):
+    result = cli("config", "validate", "algorithm=grpo", "data=env", "reward=env")
+    assert result.exit_code == 1
+    assert "data=env and reward=env read the run's environment, and env=none chose none." in result.stderr
+    assert "Hint: env=reasoning_gym" in result.stderr
+
+
+def test_a_plan_generates_the_rows_once_per_setting(cli, isolated):
+    plan = cli("train", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX, "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    assert "with env=reasoning_gym (spell_backward, basic_arithmetic)" in plan.stdout.splitlines()[0]
+    (folder,) = (isolated / "data" / "env").iterdir()
+    train_file = folder / "rl" / "train.parquet"
+    assert train_file.is_file() and (folder / "rl" / "test.parquet").is_file()
+    stamp = train_file.stat().st_mtime_ns
+    assert cli("config", "validate", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX).exit_code == 0
+    assert train_file.stat().st_mtime_ns == stamp  # found, not written again
+    other = cli("config", "validate", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", "env.seed=1")
+    assert other.exit_code == 0 and len(list((isolated / "data" / "env").iterdir())) == 2  # new settings, new rows
+    assert not [p for p in (isolated / "data" / "env").iterdir() if "partial" in p.name]
+
+
+def test_env_ls_and_show(cli):
+    ls = cli("env", "ls")
+    assert ls.exit_code == 0 and ls.stdout.startswith("reasoning_gym: 106 tasks")
+    assert "spell_backward" in ls.stdout and "basic_arithmetic" in ls.stdout
+    show = cli("env", "show", "spell_backward", "-n", "2")
+    assert show.exit_code == 0, show.output
+    assert "  min_word_len: 3" in show.stdout and show.stdout.count("scored:   1 for <answer>") == 2
+    missing = cli("env", "show", "spell_backwards")
+    assert missing.exit_code == 1 and "Did you mean 'spell_backward'?" in missing.stderr
+
+
+@pytest.fixture(scope="module")
+def env_run(real_home):
+    """GRPO of the tiny model on two reasoning-gym tasks, 2 steps, validated before and after. Launched without a
+    dry run first: the rows it generates are checked as they are written, too fresh for the data check to keep its
+    verdict (trainctl.paths.memo_on_files), and real_runs.train would count the launch's check as one the dry run
+    missed."""
+    return train(
+        real_home, "grpo-env", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX, "run.max_steps=2",
+        "run.val_every=2", "logger=console", check_first=False,
+    )  # fmt: skip
+
+
+def test_grpo_on_a_task_mix_runs_through_verls_loop_and_validates_each_task(env_run, real_home):
+    from trainctl.metrics import read_metrics
+
+    metrics = read_metrics(env_run.path)
+    assert sorted(metrics) == [0, 1, 2]  # validated before training, and at the end
+    for step in (0, 2):
+        for task in ("spell_backward", "basic_arithmetic"):
+            assert f"val-core/reasoning_gym/{task}/acc/mean@1" in metrics[step], sorted(metrics[step])
+    assert "critic/score/mean" in metrics[1]
+    saved = (env_run.path / "trainctl.yaml").read_text()
+    assert "kind: reasoning_gym" in saved and "basic_arithmetic" in saved
+
+    done = subprocess.run(
+        trainctl("eval", str(env_run.path), "--limit", "8"), cwd=env_run.work, env=real_home.env(),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "reward=env" in done.stderr + done.stdout
+    by_task = (done.stdout + done.stderr).split("acc by data_source:")[1].splitlines()[0]
+    assert "reasoning_gym/spell_backward" in by_task and "reasoning_gym/basic_arithmetic" in by_task
+    assert Path(env_run.path / "eval").is_dir()
