@@ -167,7 +167,7 @@ TRL_ROOTS: dict[str, tuple[str, ...]] = {
 def trl_schemas() -> BackendSchemas:
     """Every TRL trainer's config (DPOConfig, RewardConfig, ...) with ModelConfig, as one flat schema per trainer (the
     trl backend config is flat)."""
-    key = repr((_SCHEMA_VERSION, importlib.metadata.version("trl"), importlib.metadata.version("transformers")))
+    key = _trl_key()
     if key not in _MEMO:
 
         def build() -> BackendSchemas:
@@ -195,10 +195,16 @@ def trl_schemas() -> BackendSchemas:
     return _MEMO[key]
 
 
+def _trl_key() -> str:
+    # TRL's arguments embed accelerate's config dataclasses: accelerate 1.16.0 added fields to them
+    versions = (importlib.metadata.version(p) for p in ("trl", "transformers", "accelerate"))
+    return repr((_SCHEMA_VERSION, *versions))
+
+
 def _portable_keys() -> dict[str, str]:
     return {
         "verl": repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES)),
-        "trl": repr((_SCHEMA_VERSION, importlib.metadata.version("trl"), importlib.metadata.version("transformers"))),
+        "trl": _trl_key(),
     }
 
 
