@@ -97,7 +97,7 @@ def problems(env) -> list[Problem]:
                 Problem(f"{key}.weight = {weight!r}: a task's weight is a number above 0.", key=f"{key}.weight")
             )
         config_cls = registry[name][1]
-        fields = {f.name: f for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")}
+        fields = settings_of(config_cls)
         unknown = [k for k in spec["settings"] if k not in fields]
         for k in unknown:
             guess = next(iter(closest(k, fields)), None)
@@ -116,7 +116,7 @@ def problems(env) -> list[Problem]:
             if hasattr(config, "validate"):
                 config.validate()
         except (AssertionError, ValueError, TypeError) as e:
-            defaults = ", ".join(f"{k} (default {fields[k].default!r})" for k in spec["settings"])
+            defaults = ", ".join(f"{k} (default {fields[k]!r})" for k in spec["settings"])
             found.append(
                 Problem(
                     f"{key}.settings: {name} refuses {spec['settings']}: {e or type(e).__name__}.",
@@ -126,6 +126,18 @@ def problems(env) -> list[Problem]:
                 )
             )
     return found
+
+
+def settings_of(config_cls: type) -> dict[str, Any]:
+    """A generator's settings (its config's fields but the seed and size, which the environment sets) and their
+    defaults."""
+
+    def default(f: dataclasses.Field) -> Any:
+        if f.default is not dataclasses.MISSING:
+            return f.default
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # None: it must be given
+
+    return {f.name: default(f) for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")}
 
 
 def _dataset(env, split: str):
@@ -195,12 +207,7 @@ def describe(task: str, n: int = 3, seed: int = 0) -> Description:
         )
     import reasoning_gym
 
-    config_cls = registry[task][1]
-    settings = {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        for f in dataclasses.fields(config_cls)
-        if f.name not in ("seed", "size")
-    }
+    settings = settings_of(registry[task][1])
     examples = []
     for entry in reasoning_gym.create_dataset(task, size=max(n, 1), seed=seed) if n else []:
         info = {"task": task, "entry": json.dumps(entry, default=str), "answer_tag": "answer"}
