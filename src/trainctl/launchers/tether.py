@@ -63,8 +63,9 @@ def _raise_stopped(signum, frame) -> None:
     raise Stopped(signum)
 
 
-# the block held() is in: its mark, and its watchdog once one was needed (False: it could not be started)
-_held: dict = {"mark": None, "watchdog": None}
+# the block held() is in: its mark, the process that entered it, and its watchdog once one was needed (False: it
+# could not be started)
+_held: dict = {"mark": None, "pid": None, "watchdog": None}
 _lock = threading.RLock()
 _hooked = False
 # the audit events that start a process (CPython's); the watchdog's own start raises one too, inside watch()
@@ -80,7 +81,10 @@ def watch() -> None:
     """Inside held(): start the watchdog now, if it is not running (before a process that may start others in a
     way no audit event shows: multiprocessing's spawn)."""
     with _lock:
-        if _held["mark"] is None or _held["watchdog"] is not None:
+        # only the process that entered the block: one forked inside it inherits this state (os.fork's audit event
+        # started the watchdog in the parent first), and a watchdog of its own would stop the command's processes
+        # when it, not the command, ended
+        if _held["mark"] is None or _held["watchdog"] is not None or _held["pid"] != os.getpid():
             return
         _held["watchdog"] = False  # the start below raises an audit event of its own
         _held["watchdog"] = _start_watchdog(_held["mark"]) or False
@@ -96,7 +100,7 @@ def held() -> Iterator[str]:
     os.environ[MARK_VAR] = mark
     with _lock:
         outer = dict(_held)
-        _held.update(mark=mark, watchdog=None)
+        _held.update(mark=mark, pid=os.getpid(), watchdog=None)
         if not _hooked:  # once a process: audit hooks cannot be removed, and this one does nothing outside held()
             sys.addaudithook(_on_audit)
             _hooked = True
