@@ -100,6 +100,12 @@ def test_data_env_without_an_environment_is_refused(cli, isolated):
     assert "Hint: env=reasoning_gym" in result.stderr
 
 
+def test_data_prep_of_env_says_a_plan_generates_its_rows(cli, isolated):
+    result = cli("data", "prep", "env")
+    assert result.exit_code == 1 and "data=env holds the rows of the run's environment" in result.stderr
+    assert "env=reasoning_gym --dry-run" in result.stderr and not (isolated / "data").exists()
+
+
 def test_a_plan_generates_the_rows_once_per_setting(cli, isolated):
     plan = cli("train", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX, "--dry-run")
     assert plan.exit_code == 0, plan.output

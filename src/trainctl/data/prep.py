@@ -98,6 +98,12 @@ def prepare(
 ) -> Summary:
     if source not in SOURCES:
         raise DataError(f"--source {source}: choose {' or '.join(SOURCES)}.")
+    if name == "env" and from_ is None:  # conf/data/env.yaml: an environment's rows (trainctl.envs), not a source's
+        raise DataError(
+            "data=env holds the rows of the run's environment: a plan generates them (once per setting of the "
+            "environment); there is nothing to prepare by name.",
+            hint="trainctl train recipe=grpo-arith-tiny-cpu env=reasoning_gym --dry-run   (generates them)",
+        )
     data = data_option(name)
     target_dir = Path(out or data.dir).expanduser()
     # inside the target: the renames that publish the files stay on its filesystem (it may be a mount of its own)
