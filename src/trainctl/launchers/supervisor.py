@@ -292,6 +292,12 @@ class Supervisor:
         handlers = {}
         start = time.monotonic()
         with open(self.log_path, "a", encoding="utf-8") as log:
+            if threading.current_thread() is threading.main_thread():
+                # before the trainer starts: a signal in its first moments (it may have written its first output
+                # already) interrupts the run, rather than ending trainctl by the signal's default action with the
+                # run unrecorded (seen under load: a SIGHUP right after the trainer's start, before these were set)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    handlers[sig] = signal.signal(sig, self._on_signal)
             try:
                 self._proc = subprocess.Popen(
                     self.argv,
@@ -303,14 +309,15 @@ class Supervisor:
                     preexec_fn=parent_death_signal(signal.SIGTERM),
                 )
             except OSError as e:  # not there, or not executable: as a shell says it, with its exit code
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
                 code = 127 if isinstance(e, FileNotFoundError) else 126
                 why = "command not found" if code == 127 else (e.strerror or str(e))
                 self._emit(f"trainctl: {self.argv[0]}: {why}\n", log)
                 return Outcome(exit_code=code, seconds=time.monotonic() - start, tail=list(self.tail))
+            if self._interrupted is not None:  # it came while the trainer was starting: pass it on
+                self._signal_group(signal.SIGTERM)
             watchdog = self._start_watchdog(self._proc.pid)
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                    handlers[sig] = signal.signal(sig, self._on_signal)
             watcher = threading.Thread(target=self._watch, daemon=True)
             watcher.start()
             pump = threading.Thread(target=self._pump, args=(self._proc.stdout, log), daemon=True)
