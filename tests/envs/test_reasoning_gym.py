@@ -121,6 +121,25 @@ def test_a_plan_generates_the_rows_once_per_setting(cli, isolated):
     assert not [p for p in (isolated / "data" / "env").iterdir() if "partial" in p.name]
 
 
+def test_every_ppo_family_algorithm_distillation_lora_and_vllm_take_an_environment(cli, isolated, tiny_model):
+    """Validated (verl's own checks included) with env=reasoning_gym in place of a data option: one home, so the rows
+    are generated once and every other plan finds them."""
+    from trainctl.config.load import load_option
+    from trainctl.config.search import SearchPath
+
+    options = SearchPath.default().options("algorithm")
+    ppo_family = [name for name in options if load_option("algorithm", name).family == "ppo"]
+    assert {"ppo", "grpo", "distill"} <= set(ppo_family) and len(ppo_family) >= 9
+    for words in (
+        *([f"algorithm={a}"] for a in ppo_family if a != "distill"),
+        ["algorithm=distill", "distillation.teacher=tiny"],
+        ["lora=r8", "hardware.rollout_engine=vllm"],
+    ):
+        result = cli("config", "validate", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", *words)
+        assert result.exit_code == 0, (words, result.output)
+    assert len(list((isolated / "data" / "env").iterdir())) == 1
+
+
 def test_env_ls_and_show(cli):
     ls = cli("env", "ls")
     assert ls.exit_code == 0 and ls.stdout.startswith("reasoning_gym: 106 tasks")
