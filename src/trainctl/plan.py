@@ -186,6 +186,18 @@ def _prepare_env(cfg) -> None:
                 )
             ]
         )
+    if env_chosen and not (cfg.data.name == cfg.reward.name == "env"):  # a file chose env but not what reads it
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"env={cfg.env.name} with data={cfg.data.name} reward={cfg.reward.name}: the environment supplies "
+                    "the prompts and their scoring, which data=env and reward=env read.",
+                    key="env",
+                    hint=f"data=env reward=env (env={cfg.env.name} on the command line chooses them itself), or "
+                    "env=none",
+                )
+            ]
+        )
     if env_chosen:
         from trainctl import envs
 

@@ -93,11 +93,21 @@ def test_bad_input_is_one_message_before_anything_is_generated(case, cli, isolat
     assert not (isolated / "data").exists(), "nothing generated"
 
 
-def test_data_env_without_an_environment_is_refused(cli, isolated):
+def test_data_env_without_an_environment_and_an_environment_without_them_are_refused(cli, isolated):
     result = cli("config", "validate", "algorithm=grpo", "data=env", "reward=env")
     assert result.exit_code == 1
     assert "data=env and reward=env read the run's environment, and env=none chose none." in result.stderr
     assert "Hint: env=reasoning_gym" in result.stderr
+    # an environment a file chose (as a recipe's `override /env: reasoning_gym`) without what reads it
+    recipe = isolated.parent / "work" / "conf" / "recipe" / "mine.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("# mine\ndefaults:\n  - override /algorithm: grpo\n  - override /env: reasoning_gym\n")
+    alone = cli("config", "validate", "recipe=mine")
+    assert alone.exit_code == 1, alone.output
+    assert "env=reasoning_gym with data=arith reward=rule: the environment supplies" in " ".join(alone.stderr.split())
+    assert not (isolated / "data").exists()
+    kind = cli("config", "validate", "algorithm=grpo", "env=reasoning_gym", "env.kind=gym")
+    assert kind.exit_code == 1 and "env.kind = 'gym': trainctl knows no such environment kind." in kind.stderr
 
 
 def test_data_prep_of_env_says_a_plan_generates_its_rows(cli, isolated):

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from trainctl.errors import ConfigProblems
+from trainctl.errors import ConfigProblems, Problem
 
 # kind -> the module that implements it
 KINDS = {"reasoning_gym": "trainctl.envs.reasoning_gym"}
@@ -42,6 +42,17 @@ def prepare(cfg: Any) -> Path | None:
     if env.kind == "none" or cfg.data.name != "env" or prepared(cfg):
         return None
     from trainctl.data.writer import write_rows
+
+    if env.kind not in KINDS:
+        raise ConfigProblems(
+            [
+                Problem(
+                    f"env.kind = {env.kind!r}: trainctl knows no such environment kind.",
+                    key="env.kind",
+                    hint=f"env.kind: {' or '.join(KINDS)}   (trainctl env ls)",
+                )
+            ]
+        )
 
     kind = kind_module(env.kind)
     problems = kind.problems(env)
