@@ -69,8 +69,8 @@ def _alive(pids: set[int]) -> list[str]:
 class Attempt:
     """One `trainctl train` of the run, watched: the processes it starts, its checkpoints, its steps."""
 
-    def __init__(self, work: Path, argv: list[str], terminal: bool = False):
-        self.run = work / "runs" / NAME
+    def __init__(self, work: Path, argv: list[str], terminal: bool = False, name: str = NAME):
+        self.run = work / "runs" / name
         self.master = None
         if terminal:
             self.master, slave = pty.openpty()
@@ -144,8 +144,8 @@ class Attempt:
         return code
 
 
-def _status(cli) -> str:
-    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith(f"{NAME} "))
+def status_row(cli, name: str = NAME) -> str:
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith(f"{name} "))
     return " ".join(row.split())
 
 
@@ -161,7 +161,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     hung_up = time.monotonic()
     assert first.proc.wait(timeout=60) == 130
     first.gone_after(hung_up)
-    assert "interrupted (terminal closed)" in _status(cli)
+    assert "interrupted (terminal closed)" in status_row(cli)
     saved = first.checkpoint()
 
     # attempt 2: resumed from the checkpoint; a second trainctl for the same run is refused; then SIGKILL
@@ -176,7 +176,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     killed_at = time.monotonic()
     second.proc.wait(timeout=10)
     second.gone_after(killed_at)
-    row = _status(cli)
+    row = status_row(cli)
     assert " killed (trainctl (PID " in row and "was killed" in row, row
     saved = second.checkpoint()
 
@@ -192,7 +192,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     assert third.finish() == 3
     third.gone_after(killed_at)
     said = third.output.decode(errors="replace")
-    assert "a Ray worker of the run died" in said, said[-3000:]
+    assert "verl's training worker (WorkerDict, PID " in said and " died at " in said, said[-3000:]
     assert f"trainctl train --resume runs/{NAME}" in said
     assert third.checkpoint() == saved, "attempt 3 saved no step"
 
@@ -200,7 +200,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     fourth = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
     assert fourth.finish() == 0, fourth.output.decode(errors="replace")[-3000:]
     assert fourth.steps(4)[0] == saved + 1 and fourth.steps(4)[-1] == STEPS
-    assert _status(cli).split()[4] == "done"
+    assert status_row(cli).split()[4] == "done"
     status = json.loads((work / "runs" / NAME / "run.json").read_text())
     assert [a["state"] for a in status["attempts"]] == ["interrupted", "killed", "failed", "finished"]
 

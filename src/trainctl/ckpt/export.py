@@ -114,7 +114,7 @@ def plan_export(
             f"{checkpoint.path} is incomplete: {checkpoint.incomplete}", hint="export another checkpoint of the run"
         )
     part = checkpoint.part()
-    notes = []
+    notes = [f"passed over {why} (incomplete)" for why in checkpoint.passed_over]
     if checkpoint.layout not in _NEEDS_MERGE and part.kind == "hf":
         folder: Path | None = part.path
         config = json.loads((part.path / "config.json").read_text()) if (part.path / "config.json").is_file() else {}

@@ -60,6 +60,9 @@ class Checkpoint:
     size: int = 0
     # why the checkpoint cannot be used, when its save did not finish (a file cut short, a rank's shard missing)
     incomplete: str | None = None
+    # the run's incomplete checkpoints passed over when this one was chosen for it ("global_step_12: data.pt is
+    # missing ..."), for the command to say so
+    passed_over: list[str] = field(default_factory=list)
 
     def part(self, name: str | None = None) -> Part:
         """The part a merge means: the one named, else the model/actor (never the critic unless asked)."""
@@ -96,7 +99,16 @@ class Listing:
         if not whole:
             c = self.checkpoints[-1]
             raise CheckpointError(f"{c.path} is incomplete: {c.incomplete}", hint="resume the run to save it again")
-        return next((c for c in whole if c.latest), whole[-1])
+        return self.chose(next((c for c in whole if c.latest), whole[-1]))
+
+    def chose(self, chosen: Checkpoint) -> Checkpoint:
+        """`chosen`, with the incomplete checkpoints newer than it that were passed over noted on it."""
+        chosen.passed_over = [
+            f"{c.path.name}: {c.incomplete}"
+            for c in self.checkpoints
+            if c.incomplete and (c.step or 0) > (chosen.step or 0)
+        ]
+        return chosen
 
 
 def _adapter_lora(folder: Path) -> tuple[int, float] | None:

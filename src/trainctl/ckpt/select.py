@@ -53,7 +53,7 @@ def best(listing: Listing, metric: str, mode: str | None = None) -> tuple[Checkp
         )
     pick = min if mode == "min" else max
     value, ckpt = pick(scored, key=lambda vc: vc[0])
-    return ckpt, value, mode
+    return listing.chose(ckpt), value, mode
 
 
 @dataclass

@@ -33,6 +33,12 @@ def _model_folder(target: Path) -> Path:
     return ref.path if ref.option and ref.path.is_dir() else target
 
 
+def say_passed_over(checkpoint) -> None:
+    """Name the run's newer checkpoints that were passed over because their save did not finish."""
+    for why in checkpoint.passed_over:
+        typer.echo(f"  Note: passed over {why} (incomplete: nothing resumes from it or takes it as latest)", err=True)
+
+
 def _size(n: int) -> str:
     from trainctl.models.pull import human
 
@@ -200,6 +206,10 @@ def merge(
     plan = prepared[0]
     what = f"{plan.part.name} of {plan.checkpoint.path}"
     typer.echo(f"Merging {what} ({plan.checkpoint.layout}, step {plan.checkpoint.step})", err=True)
+    say_passed_over(plan.checkpoint)
+    if plan.checkpoint.incomplete:  # named on its own: its weights may be whole (the merge reads every byte of them)
+        typer.echo(f"  Note: this checkpoint is incomplete ({plan.checkpoint.incomplete}); its weights are", err=True)
+        typer.echo("  merged as they are: a resume, `ckpt best` and `eval` of the run use the last whole one", err=True)
     if plan.base:
         r, alpha = plan.lora or (0, 0)
         typer.echo(f"  LoRA r={r} alpha={alpha:g} folded into {plan.base}", err=True)
@@ -303,6 +313,7 @@ def best(
     from trainctl.ckpt.select import best as pick
 
     ckpt, value, used = pick(list_checkpoints(target), metric, mode)
+    say_passed_over(ckpt)
     typer.echo(f"best {metric} ({used}) = {value:.6g} at step {ckpt.step}", err=True)
     typer.echo(str(ckpt.path))
 

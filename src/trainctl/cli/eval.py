@@ -116,6 +116,11 @@ def eval_command(
     render_warnings(p.warnings)
     for note in p.notes:
         typer.echo(f"Note: {note}", err=True)
+    from trainctl.cli.ckpt import say_passed_over
+
+    for target in p.targets[-1:]:
+        if target.checkpoint is not None:
+            say_passed_over(target.checkpoint)
     rows = len(p.rows)
     typer.echo(
         f"Scoring {len(p.targets)} model{'s' if len(p.targets) != 1 else ''} on {rows} prompts of {p.val_file} "

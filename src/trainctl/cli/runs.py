@@ -325,11 +325,17 @@ def _show(info, all_metrics: bool) -> None:
         job = f", {kind} job {a['job_id']}" if a.get("job_id") else ""
         seconds = f", {fmt_seconds(a['seconds'])}" if a.get("seconds") is not None else ""
         say(f"  {a['n']}  {a.get('started', '?')}  {state}{code}{seconds}{job}  log: {a.get('log')}")
+        if a.get("verdict"):
+            say(f"     why:  {a['verdict']}")
+            if a.get("hint"):
+                say(f"     next: {a['hint']}")
     say("Checkpoints:")
     try:
         listing = list_checkpoints(info.path)
         for c in listing.checkpoints:
-            say(f"  step {c.step}{' *' if c.latest else ''}  {relative(c.path)}")
+            mark = " *" if c.latest else ""
+            said = f"  incomplete: {c.incomplete}" if c.incomplete else ""
+            say(f"  step {c.step}{mark}  {relative(c.path)}{said}")
     except CheckpointError as e:
         say(f"  none ({e.message})")
     changed = before_after(info.path)

@@ -70,6 +70,28 @@ class Paths:
 
 
 @dataclass
+class Watch:
+    dead: float = opt(
+        "seconds the trainer has to end by itself after a process it depends on died (a rollout engine, a Ray "
+        "worker, Ray itself) before trainctl ends the run with a verdict naming it",
+        20.0,
+        gt=0,
+        le=600,
+    )
+    stopped: float = opt(
+        "seconds a process the run depends on may stay stopped (SIGSTOP, a frozen cgroup) before the run is ended",
+        30.0,
+        gt=0,
+        le=3600,
+    )
+    stall: float | None = opt(
+        "seconds without a new training step, after the first, before the run is ended as hung (null: never)",
+        1800.0,
+        gt=0,
+    )
+
+
+@dataclass
 class Run:
     name: str = doc("names the run folder and the logger's run")
     project: str = doc("the logger's project (wandb project, mlflow experiment)")
@@ -79,6 +101,7 @@ class Run:
     max_steps: int | None = opt("stop after this many optimizer steps (null: train all epochs)", ge=1)
     save_every: int | None = opt("also save a checkpoint every N steps (null: only at the end)", ge=1)
     val_every: int | None = opt("validate every N steps (null: never during training)", ge=1)
+    watch: Watch = opt("what the run's supervisor watches while it trains, and how long it waits", Watch)
 
 
 @dataclass

@@ -131,6 +131,7 @@ def _resolve_path(path: Path, each_checkpoint: bool) -> Resolved:
             return Resolved("folder", [Target(path.name, 0, c, path)], name=name)
         return Resolved("checkpoint", [_target(c)], args, run_dir, name, family)
     chosen = [c for c in listing.checkpoints if not c.incomplete] if each_checkpoint else [listing.latest]
+    listing.chose(chosen[-1])  # what it passed over, for the command to say
     return Resolved("run", [_target(c) for c in chosen], args, run_dir, name, family)
 
 

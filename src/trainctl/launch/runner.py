@@ -45,12 +45,13 @@ def failure_excerpt(lines: list[str], keep: int = 20) -> list[str]:
     return lines[max(0, end - keep + 1) : end + 1]
 
 
-# what a failed trainer's log says, recognised: (pattern, what happened, what to do besides resuming)
+# what a failed trainer's log says, recognised: (pattern, what happened, what to do besides resuming, in a few words)
 _FAILURES = (
     (
         re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|ray\.exceptions\.\w*(?:Died|Lost)"),
         "a Ray worker of the run died (killed by a signal, or by the kernel for lack of memory)",
         "if nothing killed it, look for memory: `dmesg | grep -i oom` and the log",
+        "a Ray worker died",
     ),
     (
         re.compile(
@@ -63,16 +64,18 @@ _FAILURES = (
         "the disk filled up (or a file-size limit was hit) while the trainer wrote",
         "free space (trainctl ckpt prune RUN --keep-last 2 shows what it would delete); the checkpoint being "
         "written is incomplete and is not resumed from",
+        "the disk filled up",
     ),
 )
 
 
-def diagnose(lines: list[str]) -> tuple[str, str] | None:
-    """What a failed trainer's output says happened, when it is one of the failures trainctl knows."""
+def diagnose(lines: list[str]) -> tuple[str, str, str] | None:
+    """What a failed trainer's output says happened, when it is one of the failures trainctl knows: (what
+    happened, what to do, the same in a few words)."""
     text = "\n".join(lines)
-    for pattern, what, hint in _FAILURES:
+    for pattern, what, hint, cause in _FAILURES:
         if pattern.search(text):
-            return what, hint
+            return what, hint, cause
     return None
 
 
@@ -86,7 +89,8 @@ class RunResult:
     tail: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reason: str | None = None  # why an interrupted run stopped: Ctrl-C, SIGTERM, terminal closed
-    diagnosis: tuple[str, str] | None = None  # a failure trainctl recognised: (what happened, what to do)
+    # a failure trainctl recognised: (what happened, what to do, the same in a few words)
+    diagnosis: tuple[str, str, str] | None = None
 
 
 def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
@@ -349,11 +353,19 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
         steps_total=_expected_steps(plan),
         echo=echo or sys.stdout,
         detach=detach,
+        watch=dataclasses.asdict(plan.cfg.run.watch),
     )
     if launcher.ray == "inside":
         _job_parts(plan, run, job)
+    checkpoints = Path(plan.value("trainer.default_local_dir") or run.checkpoints)
+    resumed_from = latest_verl_step(checkpoints) if resume else None
     ended = launcher.start(job, run, on_attempt)
+    if ended.state == "finished" and resumed_from is not None:
+        ended = _trained_something(run, ended, resumed_from, job.steps_total)
     tail = failure_excerpt(ended.tail) if ended.state == "failed" else ended.tail[-20:]
+    verdict = None
+    if ended.state == "failed":
+        verdict = _recorded_verdict(run, plan, ended.verdict or diagnose(ended.tail))
     return RunResult(
         run.path,
         ended.state,
@@ -363,8 +375,54 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
         tail=tail,
         notes=notes,
         reason=ended.reason,
-        diagnosis=diagnose(ended.tail) if ended.state == "failed" else None,
+        diagnosis=verdict,
     )
+
+
+def _trained_something(run: RunDir, ended, resumed_from: int, steps_total: int | None):
+    """A resumed attempt that ended well having logged no step, with steps left to train, failed: verl has
+    resumed runs that exited 0 having trained nothing (verl #7401), which a script would take for a finished run."""
+    from trainctl.metrics import read_jsonl
+
+    if steps_total is None or resumed_from >= steps_total:
+        return ended  # nothing was left to train
+    attempt = run.status()["attempts"][-1]
+    path = run.metrics_path(attempt)
+    logged = read_jsonl(path) if path.is_file() else {}
+    if any(step > resumed_from for step in logged):
+        return ended
+    what = (
+        f"the resumed attempt ended well but trained nothing: it started from step {resumed_from} of {steps_total} "
+        "and logged no step"
+    )
+    hint = "the log says what the trainer did instead (a dataloader that was already exhausted, a step limit)"
+    verdict = (what, hint, "the resumed attempt trained nothing")
+    run.finish_attempt("failed", ended.exit_code, seconds=round(ended.seconds, 2))
+    return dataclasses.replace(ended, state="failed", verdict=verdict)
+
+
+def last_whole_checkpoint(checkpoints: Path) -> str | None:
+    """The newest checkpoint a resume would start from, in words (`step 18 (runs/x/checkpoints/global_step_18)`)."""
+    from trainctl.ckpt.layout import CheckpointError, list_checkpoints
+
+    try:
+        latest = list_checkpoints(checkpoints).latest
+    except (CheckpointError, OSError):
+        return None
+    return f"step {latest.step} ({relative(latest.path)})" if latest.step is not None else relative(latest.path)
+
+
+def _recorded_verdict(run: RunDir, plan: Plan, verdict: tuple[str, str, str] | None) -> tuple[str, str, str] | None:
+    """A failed attempt's verdict, with the checkpoint a resume starts from, recorded in run.json (`runs ls`,
+    `runs show` and the server say what the command said)."""
+    if verdict is None:
+        return None
+    what, hint, cause = verdict
+    whole = last_whole_checkpoint(Path(plan.value("trainer.default_local_dir") or run.checkpoints))
+    hint = f"{hint}; the last whole checkpoint is {whole}" if whole else f"{hint}; no checkpoint was saved"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        run.update_attempt(verdict=what, hint=hint, cause=cause)
+    return what, hint, cause
 
 
 def _job_parts(plan: Plan, run: RunDir, job: Job) -> None:

@@ -39,6 +39,8 @@ class Job:
     staged: dict[str, Path] = field(default_factory=dict)
     job_env: dict[str, str] = field(default_factory=dict)
     address: str | None = None
+    # what a supervising launcher watches while it trains, and how long it waits (the run.watch section)
+    watch: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Ended:
     tail: list[str] = field(default_factory=list)
     reason: str | None = None  # why it was interrupted: Ctrl-C, SIGTERM, terminal closed, stopped by runs stop
     job_id: str | None = None
+    # why it failed, as the launcher saw it: (what happened, what to do, the same in a few words)
+    verdict: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -131,7 +135,8 @@ class Launcher:
         status = {"finished": "done"}.get(run_state, run_state)
         code = attempt.get("exit_code")
         if status == "failed":
-            return Status("failed", f"exit {code}", code)
+            cause = attempt.get("cause")
+            return Status("failed", f"exit {code}" + (f": {cause}" if cause else ""), code)
         return Status(status, attempt.get("reason") or "", code)
 
     def live_status(self, attempt: dict, live: dict, query: bool = True) -> Status:

@@ -118,6 +118,7 @@ class Local(Launcher):
     def start(self, job: Job, run: Any, on_attempt=None) -> Ended:
         from trainctl.launchers.supervisor import REASONS, Supervisor
         from trainctl.launchers.tree import new_mark
+        from trainctl.launchers.vitals import Vitals
 
         mark = new_mark()
         with contextlib.suppress(OSError):
@@ -136,6 +137,7 @@ class Local(Launcher):
             on_tick=run.beat,
             mark=mark,
             watchdog=(run.path, attempt["n"]),
+            vitals=Vitals(**job.watch, progress=run.metrics_path(attempt)) if job.watch else None,
         )
         outcome = supervisor.run()
         reason = None
@@ -148,8 +150,11 @@ class Local(Launcher):
         else:
             state, code = "failed", outcome.exit_code
         extra = {"reason": reason} if reason else {}
+        verdict = None
+        if state == "failed" and outcome.fault is not None:
+            verdict = outcome.fault.verdict(), outcome.fault.hint(), outcome.fault.cause()
         run.finish_attempt(state, outcome.exit_code, seconds=round(outcome.seconds, 2), **extra)
-        return Ended(state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason)
+        return Ended(state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason, verdict=verdict)
 
     # -- status --------------------------------------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ However trainctl ends, the run ends with it:
   SIGKILL          nothing runs in trainctl any more: the trainer gets SIGTERM from the kernel (PR_SET_PDEATHSIG),
                    and the attempt's watchdog (trainctl.launch.watchdog), whose pipe from trainctl closes, stops
                    every marked process and records the attempt as killed
+
+And however the run goes wrong inside, it ends: with `vitals` (trainctl.launchers.vitals), a process the trainer
+depends on that dies or stays stopped, or a run that stops stepping, ends the run with a Fault for its verdict.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import collections
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from trainctl.launchers.tree import MARK_VAR, marked, new_mark
+from trainctl.launchers.vitals import Fault, Vitals
 from trainctl.secrets import Redactor
 
 DONE = b"done"  # what a supervisor that ends normally tells its watchdog (trainctl.launch.watchdog)
@@ -41,8 +46,9 @@ PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 15.0
 # how long the trainer's output is read after it exits before its leftovers are stopped
 DRAIN_SECONDS = 1.0
-# how often the process tree is sampled; what detaches (Ray's daemons) lives for the whole run
-WATCH_SECONDS = 2.0
+# how often the process tree is sampled; what detaches (Ray's daemons) lives for the whole run. Often enough to see a
+# process die before the trainer, failing for it, ends the rest (1-2 s after a rollout server's SIGKILL, measured)
+WATCH_SECONDS = 0.5
 
 
 def _libc():
@@ -108,6 +114,7 @@ class Outcome:
     seconds: float = 0.0
     tail: list[str] = field(default_factory=list)
     leftovers_killed: int = 0
+    fault: Fault | None = None  # what failed inside the run, when trainctl saw it (trainctl.launchers.vitals)
 
 
 class Supervisor:
@@ -124,6 +131,7 @@ class Supervisor:
         on_tick: Callable[[], None] | None = None,
         mark: str | None = None,
         watchdog: tuple[Path, int] | None = None,
+        vitals: Vitals | None = None,
     ):
         """`on_start(pid)` is called once the trainer started, `on_tick()` about twice a second while it runs (both
         on the calling thread: the run folder's heartbeat); a failure in either never stops the supervision.
@@ -142,6 +150,9 @@ class Supervisor:
         self._interrupted: int | None = None
         self._seen: set[int] = set()
         self._proc: subprocess.Popen | None = None
+        self.vitals = vitals
+        self._fault: Fault | None = None  # the fault trainctl ended the run for
+        self._first_traceback: float | None = None  # when the trainer began to fail (its first traceback)
 
     # -- output ---------------------------------------------------------------------------------------------------
 
@@ -173,18 +184,43 @@ class Supervisor:
         for line in text.replace("\r", "\n").split("\n"):
             if line.strip():
                 self.tail.append(line)
+                if self._first_traceback is None and "Traceback (most recent call last)" in line:
+                    self._first_traceback = time.time()
 
     # -- processes -------------------------------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        """Remember every descendant of the trainer while it runs (they may detach later)."""
+        """Remember every descendant of the trainer while it runs (they may detach later), and take the vitals of
+        those the run depends on."""
         while self._proc is not None and self._proc.poll() is None:
             try:
-                for p in psutil.Process(self._proc.pid).children(recursive=True):
-                    self._seen.add(p.pid)
+                procs = psutil.Process(self._proc.pid).children(recursive=True)
+                self._seen.update(p.pid for p in procs)
+                if self.vitals is not None and self._interrupted is None and self._fault is None:
+                    self.vitals.sample(procs)
             except psutil.Error:
                 pass
             time.sleep(WATCH_SECONDS)
+
+    def _verdict(self, code: int) -> Fault | None:
+        """The fault the run failed for, as trainctl saw it: the one it ended the run for, or the first death (or
+        stop) it saw before the trainer began to fail, or one the trainer's last lines name by PID."""
+        if self._fault is not None:
+            return self._fault
+        if self.vitals is None or code == 0 or self._interrupted is not None:
+            return None
+        said = "\n".join(self.tail)
+        deaths = [f for f in self.vitals.faults if f.kind != "stall"]
+        # Ray's ActorDiedError names the PID of the actor whose death failed the trainer, on a line of its own ("pid=N"
+        # in Ray's log prefixes is only who printed a line)
+        named = [f for f in deaths if f.pid and re.search(rf"^\s*pid: {f.pid}\s*$", said, re.M)]
+        if named:
+            return named[0]
+        # else one seen before the trainer began to fail (the processes a failing trainer ends go after it); of those
+        # seen gone at once, the one the others depend on least (an engine before Ray's own daemons)
+        first = self._first_traceback
+        early = [f for f in deaths if first is None or f.at <= first + WATCH_SECONDS]
+        return min(early, key=lambda f: (f.at, f.rank)) if early else None
 
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGHUP:
@@ -332,7 +368,12 @@ class Supervisor:
                     except subprocess.TimeoutExpired:
                         pass
                     self._callback(self.on_tick)
-                    if self._interrupted is not None:
+                    if self.vitals is not None and self._interrupted is None and self._fault is None:
+                        self._fault = self.vitals.due()
+                        if self._fault is not None:  # the trainer waits for what cannot come: it is ended
+                            self._fault.ended_by_trainctl = True
+                            self._signal_group(signal.SIGTERM)
+                    if self._interrupted is not None or self._fault is not None:
                         deadline = deadline or time.monotonic() + GRACE_SECONDS
                         if time.monotonic() > deadline:
                             self._signal_group(signal.SIGKILL)
@@ -361,4 +402,5 @@ class Supervisor:
             seconds=time.monotonic() - start,
             tail=list(self.tail),
             leftovers_killed=killed,
+            fault=self._verdict(code),
         )

@@ -331,7 +331,8 @@ async function refreshDetail(uuid) {
   body.replaceChildren(...(d.attempts || []).map((a) => el("tr", {},
     el("td", { text: a.n }), el("td", { text: (a.started || "").replace("T", " ").slice(0, 19) }),
     el("td", { text: (a.ended || "").replace("T", " ").slice(0, 19) }),
-    el("td", { text: a.state ? a.state + (a.exit_code ? ` (exit ${a.exit_code})` : "") : "running" }),
+    // a failed attempt's verdict (what died, or what the log says), its next step on hover
+    el("td", { text: a.state ? a.state + (a.exit_code ? ` (exit ${a.exit_code})` : "") + (a.verdict ? `: ${a.verdict}` : a.reason ? `: ${a.reason}` : "") : "running", title: a.hint || "" }),
     el("td", { text: a.launcher || "local" }))));
   const last = (d.attempts || []).slice(-1)[0];
   if (last) $("#log-name").textContent = last.log || "";

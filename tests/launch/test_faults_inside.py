@@ -1,0 +1,85 @@
+"""Faults inside a running GRPO run (issue 59), the cheap ones, with real processes: the GRPO recipe, 8 steps, a
+checkpoint every 2.
+
+attempt 1  trainctl's hf rollout server (a Ray actor) is SIGKILLed after the first checkpoint
+           -> failed (exit 3) within seconds, the verdict naming the server, its PID and the last whole checkpoint;
+           `runs ls`, `runs show` and the server's API say the same
+attempt 2  resumed with a dataloader shorter than the checkpoint's step: verl 0.9.1 skips every epoch and exits 0
+           having trained nothing (verl #7401's kind) -> failed (exit 3), "trained nothing"
+attempt 3  resumed as it was -> trains the remaining steps, from the checkpoint's step + 1 to the end
+The stand-in trainer's faults (a stopped server, a stall, an OOM kill) are tests/launchers/test_vitals.py; a stopped
+server in a real run, the vLLM engine, a lost Ray node and the rest are the slow suite's (tests/launch/test_faults.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.launch.test_faults import Attempt, status_row
+from tests.real_runs import trainctl
+from tests.serve.conftest import start_server
+from tests.shared import processes_with
+
+NAME = "inside"
+STEPS = 8
+ARGS = ["recipe=grpo-arith-tiny-cpu", f"run.max_steps={STEPS}", "run.save_every=2", f"run.name={NAME}",
+        "logger=console"]  # fmt: skip
+
+
+def test_a_killed_rollout_server_and_a_resume_that_trains_nothing_get_verdicts_and_the_run_ends_whole(
+    cli, ready, isolated
+):
+    work = Path.cwd()
+    first = Attempt(work, trainctl("train", *ARGS), name=NAME)
+    first.wait(lambda: first.checkpoint() >= 2, "attempt 1's first checkpoint")
+    servers = processes_with(map(psutil.Process, first.seen & set(psutil.pids())), "HFRolloutServer")
+    assert servers, "trainctl's hf rollout server among the run's processes"
+    pid = servers[0].pid
+    servers[0].kill()
+    killed_at = time.monotonic()
+    assert first.finish() == 3
+    assert time.monotonic() - killed_at < 60
+    first.gone_after(killed_at)
+    said = first.output.decode(errors="replace")
+    saved = first.checkpoint()
+    assert f"trainctl's hf rollout server (HFRolloutServer, PID {pid}) died at " in said, said[-3000:]
+    assert f"the last whole checkpoint is step {saved} (runs/{NAME}/checkpoints/global_step_{saved})" in said
+    assert f"trainctl train --resume runs/{NAME}" in said
+    assert "failed (exit 1: trainctl's hf rollout server died)" in status_row(cli, NAME)
+    shown = cli("runs", "show", f"runs/{NAME}").stdout
+    assert f"why:  trainctl's hf rollout server (HFRolloutServer, PID {pid}) died at" in shown, shown
+    attempt = json.loads((work / "runs" / NAME / "run.json").read_text())["attempts"][0]
+    assert attempt["cause"] == "trainctl's hf rollout server died" and f"step {saved}" in attempt["hint"]
+
+    # the server's API: the run's row and its attempts (the page's table) carry the verdict
+    server = start_server([work / "runs"], dict(os.environ), work, log=work.parent / "serve.log")
+    try:
+        with server.client() as api:
+            row = next(r for r in api.get("/api/jobs").json() if r["name"] == NAME)
+            assert row["detail"] == "exit 1: trainctl's hf rollout server died", row
+            detail = api.get(f"/api/jobs/{row['uuid']}").json()
+    finally:
+        server.stop()
+    assert detail["attempts"][0]["verdict"].startswith("trainctl's hf rollout server (HFRolloutServer"), detail
+
+    # attempt 2: 8 rows of data, one batch an epoch: verl resumes at epoch `saved`, past its only one, and ends
+    second = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}", "data.train_max_samples=8"), name=NAME)
+    assert second.finish() == 3
+    said = second.output.decode(errors="replace")
+    assert (
+        f"the resumed attempt ended well but trained nothing: it started from step {saved} of {STEPS} and logged "
+        "no step" in said
+    ), said[-3000:]
+    assert "failed (exit 0: the resumed attempt trained nothing)" in status_row(cli, NAME)
+
+    # attempt 3: the data as it was; the remaining steps, from the checkpoint on
+    third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}", "data.train_max_samples=-1"), name=NAME)
+    assert third.finish() == 0, third.output.decode(errors="replace")[-3000:]
+    assert third.steps(3)[0] == saved + 1 and third.steps(3)[-1] == STEPS
+    status = json.loads((work / "runs" / NAME / "run.json").read_text())
+    assert [a["state"] for a in status["attempts"]] == ["failed", "failed", "finished"]
