@@ -1,24 +1,28 @@
-"""Faults inside a running GRPO run (issue 59), the cheap ones, with real processes: the GRPO recipe, 8 steps, a
-checkpoint every 2.
+"""Faults inside a running GRPO run (issue 59), the cheap ones, with real processes: the GRPO recipe, 6 steps, a
+checkpoint every 2, its checkpoints folder a 6 MiB tmpfs (a checkpoint of the tiny model takes 2.3 MB: two fit).
 
 attempt 1  trainctl's hf rollout server (a Ray actor) is SIGKILLed after the first checkpoint
            -> failed (exit 3) within seconds, the verdict naming the server, its PID and the last whole checkpoint;
            `runs ls`, `runs show` and the server's API say the same
 attempt 2  resumed with a dataloader shorter than the checkpoint's step: verl 0.9.1 skips every epoch and exits 0
            having trained nothing (verl #7401's kind) -> failed (exit 3), "trained nothing"
-attempt 3  resumed as it was -> trains the remaining steps, from the checkpoint's step + 1 to the end
-The stand-in trainer's faults (a stopped server, a stall, an OOM kill) are tests/launchers/test_vitals.py; a stopped
-server in a real run, the vLLM engine, a lost Ray node and the rest are the slow suite's (tests/launch/test_faults.py).
+attempt 3  resumed as it was: step 4's checkpoint fits, step 6's fills the disk -> failed (exit 3), the verdict saying
+           how much a checkpoint takes and what is free where; step 6 incomplete, step 4 the latest
+attempt 4  after `ckpt prune --keep-last 1` -> trains steps 5 and 6 again, from the last whole checkpoint, to the end
+The stand-in trainer's faults (a stopped server, a stall, an OOM kill) are tests/launchers/test_vitals.py; a torn
+checkpoint's readers tests/ckpt/test_torn.py; the rest (the vLLM engine, a lost Ray node) the slow suite's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.launch.test_faults import Attempt, status_row
 from tests.real_runs import trainctl
@@ -26,13 +30,26 @@ from tests.serve.conftest import start_server
 from tests.shared import processes_with
 
 NAME = "inside"
-STEPS = 8
+STEPS = 6
 ARGS = ["recipe=grpo-arith-tiny-cpu", f"run.max_steps={STEPS}", "run.save_every=2", f"run.name={NAME}",
         "logger=console"]  # fmt: skip
 
 
-def test_a_killed_rollout_server_and_a_resume_that_trains_nothing_get_verdicts_and_the_run_ends_whole(
-    cli, ready, isolated
+@pytest.fixture
+def small_disk(isolated):
+    """runs/inside/checkpoints on a tmpfs of 6 MiB (made before the run: its folder holds no run yet)."""
+    folder = Path.cwd() / "runs" / NAME / "checkpoints"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(folder)], capture_output=True,
+                             text=True)  # fmt: skip
+    if mounted.returncode:
+        pytest.skip(f"no tmpfs can be mounted here ({mounted.stderr.strip()}): the full disk needs one")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_killed_rollout_server_a_resume_that_trains_nothing_and_a_full_disk_get_verdicts_and_the_run_ends_whole(
+    cli, ready, small_disk
 ):
     work = Path.cwd()
     first = Attempt(work, trainctl("train", *ARGS), name=NAME)
@@ -77,9 +94,27 @@ def test_a_killed_rollout_server_and_a_resume_that_trains_nothing_get_verdicts_a
     ), said[-3000:]
     assert "failed (exit 0: the resumed attempt trained nothing)" in status_row(cli, NAME)
 
-    # attempt 3: the data as it was; the remaining steps, from the checkpoint on
+    # attempt 3: the data as it was; step 4's checkpoint fits on the disk, step 6's does not
     third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}", "data.train_max_samples=-1"), name=NAME)
-    assert third.finish() == 0, third.output.decode(errors="replace")[-3000:]
-    assert third.steps(3)[0] == saved + 1 and third.steps(3)[-1] == STEPS
+    assert third.finish() == 3
+    said = " ".join(third.output.decode(errors="replace").split())
+    assert (
+        "the disk filled up (or a file-size limit was hit) while the trainer wrote (a checkpoint of this run "
+        "takes 2.3 MB, as step 4's does; "
+        in said
+        and f"is free at runs/{NAME}/checkpoints)" in said
+    ), said[-3000:]
+    assert "the last whole checkpoint is step 4" in said
+    assert (small_disk / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    listed = " ".join(cli("ckpt", "ls", f"runs/{NAME}").stdout.split())
+    assert "4 *" in listed and "6 !" in listed, listed
+
+    # attempt 4: room made as the hint says; the remaining steps, from the last whole checkpoint on
+    pruned = cli("ckpt", "prune", f"runs/{NAME}", "--keep-last", "1", "--yes")
+    assert pruned.exit_code == 0 and not (small_disk / "global_step_2").exists(), pruned.output
+    fourth = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"), name=NAME)
+    assert fourth.finish() == 0, fourth.output.decode(errors="replace")[-3000:]
+    assert fourth.steps(4) == [5, 6]
+    assert "6 *" in " ".join(cli("ckpt", "ls", f"runs/{NAME}").stdout.split())
     status = json.loads((work / "runs" / NAME / "run.json").read_text())
-    assert [a["state"] for a in status["attempts"]] == ["failed", "failed", "finished"]
+    assert [a["state"] for a in status["attempts"]] == ["failed", "failed", "failed", "finished"]

@@ -45,13 +45,15 @@ def failure_excerpt(lines: list[str], keep: int = 20) -> list[str]:
     return lines[max(0, end - keep + 1) : end + 1]
 
 
+DISK_FULL = "the disk filled up"
+RAY_WORKER_DIED = "a Ray worker died"
 # what a failed trainer's log says, recognised: (pattern, what happened, what to do besides resuming, in a few words)
 _FAILURES = (
     (
         re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|ray\.exceptions\.\w*(?:Died|Lost)"),
         "a Ray worker of the run died (killed by a signal, or by the kernel for lack of memory)",
         "if nothing killed it, look for memory: `dmesg | grep -i oom` and the log",
-        "a Ray worker died",
+        RAY_WORKER_DIED,
     ),
     (
         re.compile(
@@ -64,7 +66,7 @@ _FAILURES = (
         "the disk filled up (or a file-size limit was hit) while the trainer wrote",
         "free space (trainctl ckpt prune RUN --keep-last 2 shows what it would delete); the checkpoint being "
         "written is incomplete and is not resumed from",
-        "the disk filled up",
+        DISK_FULL,
     ),
 )
 
@@ -365,7 +367,10 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
     tail = failure_excerpt(ended.tail) if ended.state == "failed" else ended.tail[-20:]
     verdict = None
     if ended.state == "failed":
-        verdict = _recorded_verdict(run, plan, ended.verdict or diagnose(ended.tail))
+        said = diagnose(ended.tail)
+        # what the trainer's own error says wins over a death trainctl saw, unless that death is all it says
+        verdict = said if said and said[2] != RAY_WORKER_DIED else ended.verdict or said
+        verdict = _recorded_verdict(run, plan, verdict)
     return RunResult(
         run.path,
         ended.state,
@@ -401,6 +406,25 @@ def _trained_something(run: RunDir, ended, resumed_from: int, steps_total: int |
     return dataclasses.replace(ended, state="failed", verdict=verdict)
 
 
+def disk_needs(checkpoints: Path) -> str:
+    """How much a checkpoint of the run takes (its last whole one's size) and how much is free where it saves."""
+    import shutil
+
+    from trainctl.ckpt.layout import CheckpointError, list_checkpoints
+    from trainctl.models.pull import human
+
+    try:
+        free = shutil.disk_usage(checkpoints).free
+    except OSError:
+        return ""
+    where = f"{human(free)} is free at {relative(checkpoints)}"
+    try:
+        latest = list_checkpoints(checkpoints).latest
+    except (CheckpointError, OSError):
+        return f" ({where})"
+    return f" (a checkpoint of this run takes {human(latest.size)}, as step {latest.step}'s does; {where})"
+
+
 def last_whole_checkpoint(checkpoints: Path) -> str | None:
     """The newest checkpoint a resume would start from, in words (`step 18 (runs/x/checkpoints/global_step_18)`)."""
     from trainctl.ckpt.layout import CheckpointError, list_checkpoints
@@ -418,7 +442,10 @@ def _recorded_verdict(run: RunDir, plan: Plan, verdict: tuple[str, str, str] | N
     if verdict is None:
         return None
     what, hint, cause = verdict
-    whole = last_whole_checkpoint(Path(plan.value("trainer.default_local_dir") or run.checkpoints))
+    checkpoints = Path(plan.value("trainer.default_local_dir") or run.checkpoints)
+    if cause == DISK_FULL:
+        what += disk_needs(checkpoints)
+    whole = last_whole_checkpoint(checkpoints)
     hint = f"{hint}; the last whole checkpoint is {whole}" if whole else f"{hint}; no checkpoint was saved"
     with contextlib.suppress(OSError, ValueError, IndexError):
         run.update_attempt(verdict=what, hint=hint, cause=cause)

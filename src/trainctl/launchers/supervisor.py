@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 
 from trainctl.launchers.tree import MARK_VAR, marked, new_mark
-from trainctl.launchers.vitals import Fault, Vitals
+from trainctl.launchers.vitals import ENDED_BY_RUN, Fault, Vitals
 from trainctl.secrets import Redactor
 
 DONE = b"done"  # what a supervisor that ends normally tells its watchdog (trainctl.launch.watchdog)
@@ -219,7 +219,7 @@ class Supervisor:
         # else one seen before the trainer began to fail (the processes a failing trainer ends go after it); of those
         # seen gone at once, the one the others depend on least (an engine before Ray's own daemons)
         first = self._first_traceback
-        early = [f for f in deaths if first is None or f.at <= first + WATCH_SECONDS]
+        early = [f for f in deaths if f.name not in ENDED_BY_RUN and (first is None or f.at <= first + WATCH_SECONDS)]
         return min(early, key=lambda f: (f.at, f.rank)) if early else None
 
     def _on_signal(self, signum, frame) -> None:

@@ -35,6 +35,8 @@ ROLES: tuple[tuple[re.Pattern, str, str], ...] = (  # (title, what it is, its na
     (re.compile(r"^ray::TaskRunner"), "verl's task runner", "TaskRunner"),
     (re.compile(r"^ray::AgentLoopWorker"), "verl's agent-loop worker", "AgentLoopWorker"),
     (re.compile(r"^ray::RewardLoopWorker"), "verl's reward worker", "RewardLoopWorker"),
+    # verl's TaskRunner closes its transfer queue (these two actors) in a `finally`: they die with every failure of
+    # the run, before the trainer prints it; blamed only when the trainer waits for them or names them (ENDED_BY_RUN)
     (re.compile(r"^ray::TransferQueueController"), "verl's transfer queue", "TransferQueueController"),
     (re.compile(r"^ray::SimpleStorageUnit"), "verl's transfer queue storage", "SimpleStorageUnit"),
     (re.compile(r"/raylet/raylet\b"), "Ray's raylet (this node's Ray)", "raylet"),
@@ -47,6 +49,10 @@ MEMORY_SETTINGS = (
     "responses (data.max_response_length), parameter offload (actor_rollout_ref.actor.fsdp_config.param_offload=true), "
     "or a smaller rollout memory share (actor_rollout_ref.rollout.gpu_memory_utilization)"
 )
+
+
+# processes the trainer itself ends when it fails, before its error is printed
+ENDED_BY_RUN = frozenset({"TransferQueueController", "SimpleStorageUnit"})
 
 
 def role_of(cmdline: list[str]) -> tuple[str, str] | None:
