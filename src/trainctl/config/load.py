@@ -14,9 +14,9 @@ from typing import Any
 from trainctl.config.compose import Composition, compose, resolve_trainctl
 from trainctl.config.origins import COMMAND_LINE
 from trainctl.config.overrides import Override, parse, render_value
-from trainctl.config.schema import BACKEND_NODES, MOVED, SECTIONS, Config, from_dict, gather, moved, section_class
+from trainctl.config.schema import BACKEND_NODES, MOVED, SECTIONS, Config, from_dict, moved, section_class
 from trainctl.config.search import SearchPath
-from trainctl.config.types import ClassSchema, Issue, check_tree, example, qualname, schemas_of
+from trainctl.config.types import ClassSchema, Issue, check_tree, example, gather, qualname, schemas_of
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.suggest import closest
 

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainctl.config.types import bounds, type_hints
+from trainctl.config.types import beside, beside_field, bounds, type_hints
 from trainctl.facts.verl import REWARD_NODE_KEYS
 
 # verl's two trainers, and one family per TRL trainer (trainctl.facts.trl.TRAINERS; a test keeps them equal)
@@ -38,30 +38,6 @@ def opt(text: str, default: Any = None, **limits) -> Any:
     return field(default=default, metadata=bounds(doc=text, **limits))
 
 
-def beside(text: str, reserved: tuple[str, ...] = ()) -> Any:
-    """A field that gathers the keys of its section that no field declares, written beside the declared ones
-    (reward.url beside reward.kind): whoever reads them declares and checks them (a reward kind its settings).
-    Keys in `reserved` are never a section's own: a backend node of the same name has them (verl's `reward`)."""
-    return field(default_factory=dict, metadata={**bounds(doc=text), "beside": tuple(reserved)})
-
-
-def beside_field(cls: type) -> dataclasses.Field | None:
-    """The field of a section class that gathers its undeclared keys, if it has one."""
-    return next((f for f in dataclasses.fields(cls) if "beside" in f.metadata), None)
-
-
-def gather(cls: type, data: dict) -> dict:
-    """A section's data with the keys no field declares moved into its `beside` field (as written, unchecked)."""
-    f = beside_field(cls)
-    if f is None or not isinstance(data, dict):
-        return data
-    declared = {g.name for g in dataclasses.fields(cls) if g is not f}
-    return {
-        **{k: v for k, v in data.items() if k in declared},
-        f.name: {k: v for k, v in data.items() if k not in declared},
-    }
-
-
 @dataclass
 class Paths:
     home: str = doc("trainctl's home: pulled models and prepared data (TRAINCTL_HOME, default ~/.trainctl)")
@@ -71,24 +47,12 @@ class Paths:
 
 @dataclass
 class Watch:
-    dead: float = opt(
-        "seconds the trainer has to end by itself after a process it depends on died (a rollout engine, a Ray "
-        "worker, Ray itself) before trainctl ends the run with a verdict naming it",
-        20.0,
-        gt=0,
-        le=600,
-    )
-    stopped: float = opt(
-        "seconds a process the run depends on may stay stopped (SIGSTOP, a frozen cgroup) before the run is ended",
-        30.0,
-        gt=0,
-        le=3600,
-    )
-    stall: float | None = opt(
-        "seconds without a new training step, after the first, before the run is ended as hung (null: never)",
-        1800.0,
-        gt=0,
-    )
+    dead: float = opt("seconds the trainer has to end by itself after a process it depends on died (its rollout engine,"
+                      " a Ray worker, Ray itself), before trainctl ends the run", 20.0, gt=0, le=600)  # fmt: skip
+    stopped: float = opt("seconds a process the run depends on may stay stopped (SIGSTOP, a frozen cgroup) before the "
+                         "run is ended", 30.0, gt=0, le=3600)  # fmt: skip
+    stall: float | None = opt("seconds without a new training step, after the first, before the run is ended as hung "
+                              "(null: never)", 1800.0, gt=0)  # fmt: skip
 
 
 @dataclass

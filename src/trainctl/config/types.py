@@ -546,3 +546,27 @@ def example(info: FieldInfo) -> Any:
         value = lo + step if info.range.lo_open else lo
         return int(value) if spec.kind == "int" else float(value)
     return {"bool": True, "str": "TEXT", "list": [], "dict": {}}.get(spec.kind)
+
+
+def beside(text: str, reserved: tuple[str, ...] = ()) -> Any:
+    """A field that gathers the keys of its section that no field declares, written beside the declared ones
+    (reward.url beside reward.kind): whoever reads them declares and checks them (a reward kind its settings).
+    Keys in `reserved` are never a section's own: a backend node of the same name has them (verl's `reward`)."""
+    return field(default_factory=dict, metadata={**bounds(doc=text), "beside": tuple(reserved)})
+
+
+def beside_field(cls: type) -> dataclasses.Field | None:
+    """The field of a section class that gathers its undeclared keys, if it has one."""
+    return next((f for f in dataclasses.fields(cls) if "beside" in f.metadata), None)
+
+
+def gather(cls: type, data: dict) -> dict:
+    """A section's data with the keys no field declares moved into its `beside` field (as written, unchecked)."""
+    f = beside_field(cls)
+    if f is None or not isinstance(data, dict):
+        return data
+    declared = {g.name for g in dataclasses.fields(cls) if g is not f}
+    return {
+        **{k: v for k, v in data.items() if k in declared},
+        f.name: {k: v for k, v in data.items() if k not in declared},
+    }
