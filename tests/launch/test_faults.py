@@ -206,3 +206,47 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
 
     # and it learned: the reward over the run's 12 steps (each step's last record, whichever attempt logged it)
     assert_learned(work / "runs" / NAME, "critic/score/mean", GRPO_REWARD_GAIN, window=3)
+
+
+def _run_args(name: str, *extra: str) -> list[str]:
+    return ["recipe=grpo-arith-tiny-cpu", "run.max_steps=30", "run.save_every=2", f"run.name={name}",
+            "logger=console", *extra]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_killed_vllm_engine_and_a_stopped_rollout_server_end_their_runs_with_verdicts_naming_them(
+    cli, ready, isolated
+):
+    """Issue 59: vLLM's CPU build's engine process killed mid-run (verl itself says only "Sync replay buffer selected
+    terminal groups with no materializable trajectories", and points at a setting); trainctl's hf rollout server
+    stopped with SIGSTOP, which Ray still sees as alive: the trainer would wait for ever. Each run ends with one
+    verdict naming the process within 60 s, and leaves nothing running."""
+    work = Path.cwd()
+    vllm = Attempt(work, trainctl("train", *_run_args("engine", "hardware.rollout_engine=vllm")), name="engine")
+    vllm.wait(lambda: vllm.checkpoint() >= 2, "the vLLM run's first checkpoint", timeout=600)
+    engines = processes_with(map(psutil.Process, vllm.seen & set(psutil.pids())), "VLLM::EngineCore")
+    assert engines, "vLLM's engine among the run's processes"
+    pid = engines[0].pid
+    engines[0].kill()
+    killed_at = time.monotonic()
+    assert vllm.finish() == 3
+    assert time.monotonic() - killed_at < 60
+    vllm.gone_after(killed_at)
+    said = vllm.output.decode(errors="replace")
+    assert f"vLLM's engine (VLLM::EngineCore, PID {pid}) died at " in said, said[-3000:]
+    assert "failed (exit" in status_row(cli, "engine") and "vLLM's engine died" in status_row(cli, "engine")
+
+    hf = Attempt(work, trainctl("train", *_run_args("stopped", "run.watch.stopped=10")), name="stopped")
+    hf.wait(lambda: hf.checkpoint() >= 2, "the hf run's first checkpoint")
+    servers = processes_with(map(psutil.Process, hf.seen & set(psutil.pids())), "HFRolloutServer")
+    assert servers, "trainctl's hf rollout server among the run's processes"
+    servers[0].suspend()
+    stopped_at = time.monotonic()
+    assert hf.finish() == 3
+    assert time.monotonic() - stopped_at < 10 + 30, "10 s stopped, then the trainer's SIGTERM (and SIGKILL)"
+    hf.gone_after(stopped_at)
+    said = " ".join(hf.output.decode(errors="replace").split())
+    assert f"trainctl's hf rollout server (HFRolloutServer, PID {servers[0].pid}) was stopped (SIGSTOP" in said
+    assert "the trainer was still waiting for it, so trainctl ended the run" in said
+    assert "trainctl's hf rollout server stopped" in status_row(cli, "stopped")

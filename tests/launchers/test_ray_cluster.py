@@ -134,3 +134,52 @@ def test_two_nodes_learn_as_one_node_does(cli, ray_two_nodes, tiny_model, arith_
     assert abs(mean["one"] - mean["two"]) < 0.03, mean
     assert abs(one[1]["actor/entropy"] - two[1]["actor/entropy"]) < 0.05
     assert sorted(ranks(work / "runs" / "two" / "logs" / "attempt-1.log").values()) == ray_two_nodes.node_ids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_lost_node_ends_the_run_with_a_verdict_and_a_resume_on_a_new_cluster_trains_the_rest(
+    cli, tiny_model, arith_data, tmp_path
+):
+    """Issue 59: a two-node GRPO run whose second node goes away (its `ray start`, raylet and workers SIGKILLed, as
+    a machine that dies) after the first checkpoint: Ray's GCS marks the node dead and the run's actors on it with
+    it; the run fails with a verdict saying a node was lost, within 60 s. Its own cluster (the session's two nodes
+    are other tests'); the resume runs on a new one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.launchers import ray_nodes
+
+    work = tmp_path / "work"
+    args = ["recipe=grpo-arith-tiny-cpu", "hardware.nnodes=2", "run.max_steps=30", "run.save_every=2", "run.name=lost"]
+    checkpoints = work / "runs" / "lost" / "checkpoints"
+    nodes = ray_nodes.start(tmp_path / "ray")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "trainctl", "train", *args, *_on(nodes)], cwd=work,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        deadline = time.monotonic() + 600
+        while not (checkpoints / "latest_checkpointed_iteration.txt").is_file() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 600 s"
+            time.sleep(1)
+        os.killpg(nodes.procs[1].pid, signal.SIGKILL)
+        lost_at = time.monotonic()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        ray_nodes.stop(nodes)
+    assert proc.returncode == 3, out[-3000:]
+    assert time.monotonic() - lost_at < 60
+    assert "a node of the Ray cluster was lost" in out, out[-3000:]
+    last = int((checkpoints / "latest_checkpointed_iteration.txt").read_text())
+    assert f"the last whole checkpoint is step {last}" in " ".join(out.split())
+
+    fresh = ray_nodes.start(tmp_path / "ray2")
+    try:
+        resumed = cli("train", "--resume", "runs/lost", *_on(fresh), f"run.max_steps={last + 2}")
+    finally:
+        ray_nodes.stop(fresh)
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    steps = [json.loads(line)["step"] for line in (work / "runs" / "lost" / "metrics" / "attempt-2.jsonl").open()]
+    assert steps == [last + 1, last + 2], steps

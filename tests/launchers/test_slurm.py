@@ -4,6 +4,7 @@ nodes, state from Slurm, stop, logs and resume. No mock scheduler."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -282,3 +283,50 @@ def test_runs_stop_reaches_the_trainctl_that_follows_the_job(cli, slurm, tiny_mo
     assert ended["job_state"] in ("FAILED", "CANCELLED")
     assert marked(attempt["mark"]) == []
     assert [j for j in slurm.jobs() if j.endswith("RUNNING")] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_node_set_down_mid_job_ends_the_run_with_slurms_verdict_and_resume_trains_the_rest(
+    cli, slurm, tiny_model, arith_data, tmp_path
+):
+    """A GRPO job followed in the foreground; its node is set DOWN after its first checkpoint (as an administrator,
+    or Slurm's health check, does to a failed node). Slurm ends the job NODE_FAIL (trainctl submits with
+    --no-requeue: Slurm's default would requeue it to wait for a node that may not come back); trainctl exits 3
+    naming the node; once the node is back, --resume trains the remaining steps."""
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    grpo = ["recipe=grpo-arith-tiny-cpu", *SLURM, "run.max_steps=30", "run.save_every=2", "run.name=grpo-down"]
+    proc = subprocess.Popen([sys.executable, "-m", "trainctl", "train", *grpo], cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    checkpoints = work / "runs" / "grpo-down" / "checkpoints"
+    try:
+        _wait_for("a checkpoint", lambda: (checkpoints / "latest_checkpointed_iteration.txt").is_file())
+        job_id = _status(work, "grpo-down")["attempts"][-1]["job_id"]
+        node = slurm.run("squeue", "-h", "-j", job_id, "-o", "%N").strip()
+        slurm.run("scontrol", "update", f"nodename={node}", "state=DOWN", "reason=trainctl-fault-test")
+        downed = time.monotonic()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        for name in ("node1", "node2"):  # the session's Slurm, as the other tests need it
+            with contextlib.suppress(subprocess.CalledProcessError):
+                slurm.run("scontrol", "update", f"nodename={name}", "state=RESUME")
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out[-3000:]
+    assert time.monotonic() - downed < 60
+    assert f"Slurm ended the job: a node it ran on failed (NODE_FAIL, on {node})" in out, out[-3000:]
+    assert "the last whole checkpoint is step" in out
+    attempt = _status(work, "grpo-down")["attempts"][-1]
+    assert attempt["job_state"] == "NODE_FAIL" and attempt["cause"] == "a Slurm node failed"
+    row = next(line for line in cli("runs", "ls").stdout.splitlines() if line.startswith("grpo-down "))
+    assert "failed (exit" in row and "a Slurm node failed" in row, row
+    last = int((checkpoints / "latest_checkpointed_iteration.txt").read_text())
+
+    _wait_for(f"{node} back", lambda: "idle" in slurm.run("sinfo", "-h", "-n", node, "-o", "%T"), 60)
+    resumed = cli("train", "--resume", "runs/grpo-down", f"run.max_steps={last + 2}")
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    second = [json.loads(line)["step"] for line in (work / "runs" / "grpo-down" / "metrics" / "attempt-2.jsonl").open()]
+    assert second[0] == last + 1, second

@@ -50,6 +50,13 @@ RAY_WORKER_DIED = "a Ray worker died"
 # what a failed trainer's log says, recognised: (pattern, what happened, what to do besides resuming, in a few words)
 _FAILURES = (
     (
+        # Ray's words (its GCS's) for the actors of a node whose raylet is gone
+        re.compile(r"NodeDiedError|The actor died because its node has died"),
+        "a node of the Ray cluster was lost (its raylet stopped, or its machine went away), with the run's workers",
+        "`ray status` on the head shows the nodes that are left; resume when the cluster has what the run needs",
+        "a Ray node was lost",
+    ),
+    (
         re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly|ray\.exceptions\.\w*(?:Died|Lost)"),
         "a Ray worker of the run died (killed by a signal, or by the kernel for lack of memory)",
         "if nothing killed it, look for memory: `dmesg | grep -i oom` and the log",
@@ -368,8 +375,12 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
     verdict = None
     if ended.state == "failed":
         said = diagnose(ended.tail)
-        # what the trainer's own error says wins over a death trainctl saw, unless that death is all it says
-        verdict = said if said and said[2] != RAY_WORKER_DIED else ended.verdict or said
+        # a launcher's own verdict (Slurm's job state) stands; what the trainer's own error says wins over a death
+        # trainctl saw (ended.watched), unless a death is all it says
+        if ended.verdict and not ended.watched:
+            verdict = ended.verdict
+        else:
+            verdict = said if said and said[2] != RAY_WORKER_DIED else ended.verdict or said
         verdict = _recorded_verdict(run, plan, verdict)
     return RunResult(
         run.path,

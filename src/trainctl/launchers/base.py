@@ -55,6 +55,7 @@ class Ended:
     job_id: str | None = None
     # why it failed, as the launcher saw it: (what happened, what to do, the same in a few words)
     verdict: tuple[str, str, str] | None = None
+    watched: bool = False  # the verdict is a death the supervisor saw (what the trainer's own error says may win)
 
 
 @dataclass

@@ -154,7 +154,9 @@ class Local(Launcher):
         if state == "failed" and outcome.fault is not None:
             verdict = outcome.fault.verdict(), outcome.fault.hint(), outcome.fault.cause()
         run.finish_attempt(state, outcome.exit_code, seconds=round(outcome.seconds, 2), **extra)
-        return Ended(state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason, verdict=verdict)
+        return Ended(
+            state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason, verdict=verdict, watched=True
+        )
 
     # -- status --------------------------------------------------------------------------------------------------
 

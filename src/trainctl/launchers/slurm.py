@@ -108,6 +108,10 @@ def sbatch_options(hw: dict, run_name: str, log: Path) -> list[str]:
     opts = [f"--job-name=trainctl-{run_name}", f"--nodes={hw['nnodes']}", "--ntasks-per-node=1"]
     # the attempt's log in the run folder ('%' is sbatch's pattern character)
     opts += [f"--output={_word(str(log).replace('%', '%%'))}", "--open-mode=append", f"--chdir={_word(os.getcwd())}"]
+    # an attempt runs once: Slurm requeues a batch job whose node fails (JobRequeue=1, its default), which would wait
+    # for a node that may never come back, then start the attempt over behind trainctl's back; trainctl says what
+    # happened instead, and `train --resume` continues from the last whole checkpoint
+    opts.append("--no-requeue")
     for key, flag in (("partition", "partition"), ("account", "account"), ("qos", "qos"), ("mem", "mem")):
         if s.get(key):
             opts.append(f"--{flag}={s[key]}")
@@ -292,7 +296,8 @@ class Slurm(Launcher):
         extra = {"reason": reason} if reason else {}
         run.finish_attempt(state, code, job_state=found.state if found else None, seconds=round(seconds, 2), **extra)
         tail = log.read_text(errors="replace").splitlines()[-400:] if log.is_file() else []
-        return Ended(state, code, seconds=seconds, tail=tail, reason=reason, job_id=job_id)
+        verdict = job_verdict(found) if state == "failed" else None
+        return Ended(state, code, seconds=seconds, tail=tail, reason=reason, job_id=job_id, verdict=verdict)
 
     # -- status ----------------------------------------------------------------------------------------------
 
@@ -504,6 +509,39 @@ def _follow(job_id: str, run: Any, attempt: dict, job_: Job, signals: list[int])
     time.sleep(1.0)  # the last lines slurmstepd writes
     _echo(log, offset, job_.echo)
     return found
+
+
+# Slurm's job states that say why a job ended, beyond its exit code: (what happened, what to do, in a few words)
+_JOB_STATES = {
+    "NODE_FAIL": (
+        "Slurm ended the job: a node it ran on failed (NODE_FAIL{nodes})",
+        "`sinfo -R` says why the node is down; resume on the nodes that are up",
+        "a Slurm node failed",
+    ),
+    "BOOT_FAIL": (
+        "Slurm could not boot a node for the job (BOOT_FAIL{nodes})",
+        "`sinfo -R` says why; resume when the partition has nodes",
+        "a Slurm node did not boot",
+    ),
+    "OUT_OF_MEMORY": (
+        "Slurm ended the job: it went beyond its memory (OUT_OF_MEMORY{nodes})",
+        "raise hardware.slurm.mem, or lower the run's memory (smaller batches, shorter responses, parameter offload)",
+        "out of memory in Slurm",
+    ),
+    "PREEMPTED": (
+        "Slurm preempted the job for another (PREEMPTED{nodes})",
+        "resume it; a QoS that is not preempted: hardware.slurm.qos=...",
+        "preempted by Slurm",
+    ),
+}
+
+
+def job_verdict(found: JobState | None) -> tuple[str, str, str] | None:
+    """Why Slurm ended a failed job, when its state says more than its exit code."""
+    if found is None or found.state not in _JOB_STATES:
+        return None
+    what, hint, cause = _JOB_STATES[found.state]
+    return what.format(nodes=f", on {found.nodes}" if found.nodes else ""), hint, cause
 
 
 def _echo(log: Path, offset: int, echo) -> int:
