@@ -171,9 +171,13 @@ def test_a_lost_node_ends_the_run_with_a_verdict_and_a_resume_on_a_new_cluster_t
         ray_nodes.stop(nodes)
     assert proc.returncode == 3, out[-3000:]
     assert time.monotonic() - lost_at < 60
-    assert "a node of the Ray cluster was lost" in out, out[-3000:]
+    said = " ".join(out.split())
+    assert f"a node of the Ray cluster at {nodes.address} was lost, with the run's workers on it: " in said, said[
+        -3000:
+    ]
+    assert "health check failed" in said, "the GCS's own reason"
     last = int((checkpoints / "latest_checkpointed_iteration.txt").read_text())
-    assert f"the last whole checkpoint is step {last}" in " ".join(out.split())
+    assert f"the last whole checkpoint is step {last}" in said
 
     fresh = ray_nodes.start(tmp_path / "ray2")
     try:

@@ -202,6 +202,8 @@ def _run(plan, args: list[str], resume: bool, detach: bool, verbose: bool) -> No
         known = result.diagnosis
         what = f": {known[0]}" if known else ""
         fix = f"{known[1]}; " if known else ""
+        if not known and result.resume_from:
+            fix = f"the last whole checkpoint is {result.resume_from}; "
         raise RunFailed(
             f"the trainer exited with code {result.exit_code}{what}. Last lines of its log:",
             details=["  " + line for line in result.tail[-20:]],

@@ -100,6 +100,7 @@ class RunResult:
     reason: str | None = None  # why an interrupted run stopped: Ctrl-C, SIGTERM, terminal closed
     # a failure trainctl recognised: (what happened, what to do, the same in a few words)
     diagnosis: tuple[str, str, str] | None = None
+    resume_from: str | None = None  # a failed run's last whole checkpoint, in words (`step 6 (runs/x/...)`)
 
 
 def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
@@ -392,6 +393,7 @@ def _run_locked(plan, run, args, resume, detach, echo, note, notes, on_attempt) 
         notes=notes,
         reason=ended.reason,
         diagnosis=verdict,
+        resume_from=last_whole_checkpoint(checkpoints) if ended.state == "failed" else None,
     )
 
 

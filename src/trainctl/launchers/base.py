@@ -128,6 +128,11 @@ class Launcher:
         it ended. `on_attempt(run, attempt)` is called once the attempt is recorded (the live view starts there)."""
         raise NotImplementedError
 
+    def explain(self, job: Job, started: float, tail: list[str]) -> tuple[str, str, str] | None:
+        """Why an attempt that started at `started` (epoch seconds) failed, as only this launcher can tell (a Ray
+        cluster's lost node): (what happened, what to do, the same in a few words), or None."""
+        return None
+
     def status(self, run_state: str, attempt: dict, live: dict, query: bool = True) -> Status:
         """Where the last attempt stands: as run.json recorded its end, or, while it says running (or submitted),
         the launcher's own answer (live_status)."""

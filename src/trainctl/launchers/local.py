@@ -139,6 +139,7 @@ class Local(Launcher):
             watchdog=(run.path, attempt["n"]),
             vitals=Vitals(**job.watch, progress=run.metrics_path(attempt)) if job.watch else None,
         )
+        started = time.time()
         outcome = supervisor.run()
         reason = None
         if outcome.interrupted is not None:
@@ -150,12 +151,14 @@ class Local(Launcher):
         else:
             state, code = "failed", outcome.exit_code
         extra = {"reason": reason} if reason else {}
-        verdict = None
-        if state == "failed" and outcome.fault is not None:
-            verdict = outcome.fault.verdict(), outcome.fault.hint(), outcome.fault.cause()
+        verdict, watched = None, False
+        if state == "failed":
+            verdict = self.explain(job, started, outcome.tail)  # the launcher's own word (a lost Ray node) stands
+            if verdict is None and outcome.fault is not None:
+                verdict, watched = (outcome.fault.verdict(), outcome.fault.hint(), outcome.fault.cause()), True
         run.finish_attempt(state, outcome.exit_code, seconds=round(outcome.seconds, 2), **extra)
         return Ended(
-            state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason, verdict=verdict, watched=True
+            state, code, seconds=outcome.seconds, tail=outcome.tail, reason=reason, verdict=verdict, watched=watched
         )
 
     # -- status --------------------------------------------------------------------------------------------------
