@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from collections.abc import Callable
@@ -64,3 +65,33 @@ def processes_with(procs, text: str) -> list:
         except psutil.Error:
             pass
     return found
+
+
+def memory_cgroup_v1():
+    """The cgroup v1 memory controller's root, where this machine lets a test make groups (root, writable), or None."""
+    root = Path("/sys/fs/cgroup/memory")
+    if not (root / "cgroup.procs").is_file() or not os.access(root, os.W_OK):
+        return None
+    return root
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit: int | None = None):
+    """A memory cgroup of the test's own (v1), with `limit` bytes if given; removed at the end, once what ran in it
+    has ended (a real OOM kill needs a real limit: the kernel's OOM killer acts inside the group)."""
+    import time
+    import uuid
+
+    group = memory_cgroup_v1() / f"trainctl-test-{uuid.uuid4().hex[:8]}"
+    group.mkdir()
+    try:
+        if limit is not None:
+            (group / "memory.limit_in_bytes").write_text(str(limit))
+        yield group
+    finally:
+        for _ in range(100):
+            try:
+                group.rmdir()
+                break
+            except OSError:  # busy: a process of it is still exiting
+                time.sleep(0.1)

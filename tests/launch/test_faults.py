@@ -32,7 +32,7 @@ import pytest
 from tests.launch.test_learning import GRPO_REWARD_GAIN
 from tests.learning import assert_learned
 from tests.real_runs import TERMINAL, trainctl
-from tests.shared import processes_with
+from tests.shared import memory_cgroup, memory_cgroup_v1, processes_with
 
 NAME = "faults"
 STEPS = 12
@@ -69,7 +69,7 @@ def _alive(pids: set[int]) -> list[str]:
 class Attempt:
     """One `trainctl train` of the run, watched: the processes it starts, its checkpoints, its steps."""
 
-    def __init__(self, work: Path, argv: list[str], terminal: bool = False, name: str = NAME):
+    def __init__(self, work: Path, argv: list[str], terminal: bool = False, name: str = NAME, preexec=None):
         self.run = work / "runs" / name
         self.master = None
         if terminal:
@@ -86,7 +86,9 @@ class Attempt:
             os.close(slave)
             os.set_blocking(self.master, False)
         else:
-            self.proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec
+            )
             os.set_blocking(self.proc.stdout.fileno(), False)
         self.seen: set[int] = set()
         self.output = b""
@@ -250,3 +252,42 @@ def test_a_killed_vllm_engine_and_a_stopped_rollout_server_end_their_runs_with_v
     assert f"trainctl's hf rollout server (HFRolloutServer, PID {servers[0].pid}) was stopped (SIGSTOP" in said
     assert "the trainer was still waiting for it, so trainctl ended the run" in said
     assert "trainctl's hf rollout server stopped" in status_row(cli, "stopped")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.skipif(memory_cgroup_v1() is None, reason="no writable cgroup v1 memory controller on this machine")
+def test_a_training_worker_the_kernels_oom_killer_kills_is_named_and_the_run_resumes(cli, ready, isolated):
+    """Issue 59: the run in a memory cgroup of its own; after its first checkpoint the group's limit is set just
+    above what it uses, and verl's training worker is made the OOM killer's first choice (oom_score_adj 1000, as a
+    worker that grew would be): the kernel kills it at the next step's allocations. The verdict says the OOM killer
+    did it, to which process and what it held, with the settings that lower a run's memory; the resume (outside the
+    group) trains the remaining steps."""
+    work = Path.cwd()
+    checkpoints = work / "runs" / "oom" / "checkpoints"
+    with memory_cgroup() as group:
+        into_group = lambda: (group / "cgroup.procs").write_text(str(os.getpid()))  # noqa: E731
+        attempt = Attempt(work, trainctl("train", *_run_args("oom")), name="oom", preexec=into_group)
+        attempt.wait(lambda: attempt.checkpoint() >= 2, "the run's first checkpoint")
+        workers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "WorkerDict")
+        assert workers, "verl's training worker among the run's processes"
+        Path(f"/proc/{workers[0].pid}/oom_score_adj").write_text("1000")
+        usage = int((group / "memory.usage_in_bytes").read_text())
+        (group / "memory.limit_in_bytes").write_text(str(usage + 10 * 2**20))
+        limited_at = time.monotonic()
+        assert attempt.finish() == 3
+    assert time.monotonic() - limited_at < 120, "the next steps' allocations, then the verdict"
+    said = " ".join(attempt.output.decode(errors="replace").split())
+    assert f"the kernel's OOM killer killed verl's training worker (WorkerDict, PID {workers[0].pid}) at " in said, (
+        said[-3000:]
+    )
+    assert "GiB" in said and "lower the run's memory: smaller batches (data.train_batch_size" in said
+    assert "verl's training worker killed by the OOM killer" in status_row(cli, "oom")
+    last = attempt.checkpoint()
+
+    resumed = cli("train", "--resume", "runs/oom", f"run.max_steps={last + 2}")
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    assert [json.loads(line)["step"] for line in (checkpoints.parent / "metrics" / "attempt-2.jsonl").open()] == [
+        last + 1,
+        last + 2,
+    ]

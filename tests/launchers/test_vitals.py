@@ -10,12 +10,12 @@ import os
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.shared import memory_cgroup, memory_cgroup_v1
 from trainctl.launchers import supervisor as supervisor_module
 from trainctl.launchers.supervisor import Supervisor
 from trainctl.launchers.vitals import Vitals, role_of
@@ -115,37 +115,17 @@ def test_a_run_that_stops_stepping_is_ended_as_hung(tmp_path):
     assert "run.watch.stall" in outcome.fault.hint()
 
 
-def _memory_cgroup_v1() -> Path | None:
-    root = Path("/sys/fs/cgroup/memory")
-    if not (root / "cgroup.procs").is_file() or not os.access(root, os.W_OK):
-        return None
-    return root
-
-
-@pytest.mark.skipif(_memory_cgroup_v1() is None, reason="no writable cgroup v1 memory controller on this machine")
+@pytest.mark.skipif(memory_cgroup_v1() is None, reason="no writable cgroup v1 memory controller on this machine")
 def test_a_worker_the_kernels_oom_killer_kills_is_named_with_what_it_held(tmp_path):
     """A real OOM kill: the worker runs in a memory cgroup of its own, limited to 150 MiB, and allocates more."""
-    group = _memory_cgroup_v1() / f"trainctl-test-{uuid.uuid4().hex[:8]}"
-    group.mkdir()
-    try:
-        (group / "memory.limit_in_bytes").write_text(str(150 * 2**20))
-        (group / "memory.memsw.limit_in_bytes").exists() and (group / "memory.memsw.limit_in_bytes").write_text(
-            str(150 * 2**20)
-        )
-        grow = "import time; time.sleep(1.5); b = []\\nwhile True: b.append(bytearray(8 * 2**20)); time.sleep(0.02)"
+    with memory_cgroup(150 * 2**20) as group:
+        grow = "import time; time.sleep(1.5); b = []\nwhile True: b.append(bytearray(8 * 2**20)); time.sleep(0.02)"
         start = (
             "worker = subprocess.Popen(['bash', '-c', "
             f"'echo $$ > {group}/cgroup.procs; exec -a ray::WorkerDict {sys.executable} -c \"{grow}\"'])\n"
         )
         outcome, _ = supervise(tmp_path, stand_in("time.sleep(600)\n", start=start))
-        f = outcome.fault
-        assert f is not None and f.name == "WorkerDict" and f.oom, outcome.tail
-        assert f.verdict().startswith("the kernel's OOM killer killed verl's training worker (WorkerDict, PID")
-        assert "GiB" in f.verdict() and "data.train_batch_size" in f.hint()
-    finally:
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+    f = outcome.fault
+    assert f is not None and f.name == "WorkerDict" and f.oom, outcome.tail
+    assert f.verdict().startswith("the kernel's OOM killer killed verl's training worker (WorkerDict, PID")
+    assert "GiB" in f.verdict() and "data.train_batch_size" in f.hint()

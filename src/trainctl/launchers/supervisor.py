@@ -197,7 +197,7 @@ class Supervisor:
                 procs = psutil.Process(self._proc.pid).children(recursive=True)
                 self._seen.update(p.pid for p in procs)
                 if self.vitals is not None and self._interrupted is None and self._fault is None:
-                    self.vitals.sample(procs)
+                    self.vitals.sample(procs, trainer=psutil.Process(self._proc.pid))
             except psutil.Error:
                 pass
             time.sleep(WATCH_SECONDS)
@@ -211,6 +211,10 @@ class Supervisor:
             return None
         said = "\n".join(self.tail)
         deaths = [f for f in self.vitals.faults if f.kind != "stall"]
+        if code == 128 + signal.SIGKILL and not any(f.oom for f in deaths):
+            trainer = self.vitals.trainer_oom()  # the kernel's OOM killer chose the trainer itself
+            if trainer is not None:
+                return trainer
         # Ray's ActorDiedError names the PID of the actor whose death failed the trainer, on a line of its own ("pid=N"
         # in Ray's log prefixes is only who printed a line)
         named = [f for f in deaths if f.pid and re.search(rf"^\s*pid: {f.pid}\s*$", said, re.M)]

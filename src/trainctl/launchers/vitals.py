@@ -174,10 +174,12 @@ class Vitals:
     progress: Path | None = None  # the attempt's metrics file: one line a step
     watched: dict[int, Watched] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
-    _first_step_at: float | None = None
+    trainer: Watched | None = None  # the trainer process itself: its memory, and its cgroup's OOM kills
 
-    def sample(self, procs: list[psutil.Process]) -> None:
+    def sample(self, procs: list[psutil.Process], trainer: psutil.Process | None = None) -> None:
         now = time.time()
+        if trainer is not None:
+            self._sample_trainer(trainer)
         alive = set()
         for p in procs:
             try:
@@ -213,6 +215,24 @@ class Vitals:
             oom = None if after is None or gone.oom_kills is None else after > gone.oom_kills
             self.faults.append(Fault("died", gone.what, gone.name, gone.pid, now, gone.rss, oom, _rank(gone.name)))
         self._check_progress(now)
+
+    def _sample_trainer(self, proc: psutil.Process) -> None:
+        try:
+            if self.trainer is None:
+                name = " ".join(proc.cmdline()[1:4]) or proc.name()
+                cgroup = _memory_cgroup(proc.pid)
+                self.trainer = Watched(proc.pid, "the trainer", name, proc.create_time(), cgroup=cgroup)
+                self.trainer.oom_kills = oom_kills(cgroup)
+            self.trainer.rss = proc.memory_info().rss
+        except psutil.Error:
+            pass
+
+    def trainer_oom(self) -> Fault | None:
+        """The trainer's own death by SIGKILL, when its memory cgroup counted an OOM kill since it started."""
+        t = self.trainer
+        if t is None or t.oom_kills is None or (oom_kills(t.cgroup) or 0) <= t.oom_kills:
+            return None
+        return Fault("died", t.what, t.name, t.pid, time.time(), t.rss, True, -1)
 
     def _has(self, pid: int, kind: str) -> bool:
         return any(f.pid == pid and f.kind == kind for f in self.faults)
