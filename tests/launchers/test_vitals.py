@@ -119,7 +119,7 @@ def test_a_run_that_stops_stepping_is_ended_as_hung(tmp_path):
 def test_a_worker_the_kernels_oom_killer_kills_is_named_with_what_it_held(tmp_path):
     """A real OOM kill: the worker runs in a memory cgroup of its own, limited to 150 MiB, and allocates more."""
     with memory_cgroup(150 * 2**20) as group:
-        grow = "import time; time.sleep(1.5); b = []\nwhile True: b.append(bytearray(8 * 2**20)); time.sleep(0.02)"
+        grow = "import time; time.sleep(1.5); b = []\\nwhile True: b.append(bytearray(8 * 2**20)); time.sleep(0.02)"
         start = (
             "worker = subprocess.Popen(['bash', '-c', "
             f"'echo $$ > {group}/cgroup.procs; exec -a ray::WorkerDict {sys.executable} -c \"{grow}\"'])\n"
