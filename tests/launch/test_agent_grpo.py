@@ -15,6 +15,7 @@ import itertools
 import json
 import re
 
+import pytest
 import torch
 import yaml
 
@@ -134,3 +135,38 @@ def test_the_agent_runs_trajectories_as_turns_and_its_tool_environment(agent_run
     lock = json.loads((run / "lock.json").read_text())["tools"]["servers"]["calculator"]
     assert lock["server_info"]["name"] == "calculator" and lock["tools"] == ["calculator"]
     assert lock["package"]["name"] == "trainctl" and "--log <run>/tools/calculator.jsonl" in lock["command"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_tool_server_killed_mid_run_fails_its_calls_in_flight_starts_again_and_the_run_ends_well(cli, tiny_tools):
+    """Issue 59: the agent recipe on trainctl's sampler, its calculator MCP server (stdio, one per agent-loop worker)
+    SIGKILLed after the first step. The calls in flight fail as tool errors (the model reads the error), the next call
+    starts the server again (tool/server_restarts), and the run trains its steps to the end: never a hang."""
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    from tests.launch.test_faults import Attempt
+    from tests.real_runs import trainctl
+    from tests.shared import processes_with
+
+    assert cli("data", "prep", "arith-tools").exit_code == 0
+    work, steps = Path.cwd(), 4
+    args = ["recipe=agent-arith-tiny-cpu", "hardware.rollout_engine=hf", f"run.max_steps={steps}",
+            "trainer.val_before_train=false", "run.val_every=null", "run.name=agent-kill"]  # fmt: skip
+    attempt = Attempt(work, trainctl("train", *args), name="agent-kill")
+    attempt.wait(lambda: len(attempt.steps(1)) >= 1, "the first step", timeout=600)
+    servers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "calculator.jsonl")
+    assert servers, "the calculator server among the run's processes"
+    for server in servers:
+        server.kill()
+    killed_at = time.monotonic()
+    assert attempt.finish() == 0, attempt.output.decode(errors="replace")[-3000:]
+    assert time.monotonic() - killed_at < 600
+    metrics = read_metrics(work / "runs" / "agent-kill")
+    assert sorted(metrics) == list(range(1, steps + 1))
+    after = [metrics[s] for s in range(2, steps + 1)]
+    assert sum(m.get("tool/server_restarts", 0) for m in after) >= 1, after
+    assert all(m.get("tool/calls", 0) > 0 for m in after), "the calls went on after the restart"
