@@ -291,3 +291,37 @@ def test_a_training_worker_the_kernels_oom_killer_kills_is_named_and_the_run_res
         last + 1,
         last + 2,
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_worker_killed_while_it_writes_a_checkpoint_leaves_it_torn_and_the_resume_starts_before_it(
+    cli, ready, isolated
+):
+    """Issue 59: verl's training worker SIGKILLed the moment step 4's checkpoint folder appears (watched every
+    millisecond: the tiny model's files take a few to write). The run fails naming the worker; step 4 is incomplete
+    or unreadable, never the latest; `ckpt ls` says so, and the resume starts after step 2."""
+    work = Path.cwd()
+    attempt = Attempt(work, trainctl("train", *_run_args("torn")), name="torn")
+    attempt.wait(lambda: attempt.checkpoint() >= 2, "the first checkpoint")
+    workers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "WorkerDict")
+    assert workers, "verl's training worker among the run's processes"
+    step4 = attempt.run / "checkpoints" / "global_step_4"
+    deadline = time.monotonic() + 300
+    while not step4.exists():
+        assert time.monotonic() < deadline and attempt.proc.poll() is None, "no step 4 checkpoint began"
+        attempt._drain()
+        time.sleep(0.001)
+    workers[0].kill()
+    assert attempt.finish() == 3
+    said = " ".join(attempt.output.decode(errors="replace").split())
+    assert f"verl's training worker (WorkerDict, PID {workers[0].pid}) died at" in said, said[-3000:]
+    assert "the last whole checkpoint is step 2" in said
+    listed = " ".join(cli("ckpt", "ls", "runs/torn").stdout.split())
+    assert "2 *" in listed and "4 *" not in listed, listed
+    assert (attempt.run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+
+    resumed = cli("train", "--resume", "runs/torn", "run.max_steps=5")
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    assert [json.loads(line)["step"] for line in (attempt.run / "metrics" / "attempt-2.jsonl").open()] == [3, 4, 5]
+    assert "4 " in " ".join(cli("ckpt", "ls", "runs/torn").stdout.split()), "step 4 saved again, whole"
