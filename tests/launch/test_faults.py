@@ -238,6 +238,7 @@ def test_a_killed_vllm_engine_and_a_stopped_rollout_server_end_their_runs_with_v
     said = vllm.output.decode(errors="replace")
     assert f"vLLM's engine (VLLM::EngineCore, PID {pid}) died at " in said, said[-3000:]
     assert "failed (exit" in status_row(cli, "engine") and "vLLM's engine died" in status_row(cli, "engine")
+    _resumes_after_the_last_checkpoint(cli, vllm)
 
     hf = Attempt(work, trainctl("train", *_run_args("stopped", "run.watch.stopped=10")), name="stopped")
     hf.wait(lambda: hf.checkpoint() >= 2, "the hf run's first checkpoint")
@@ -252,6 +253,15 @@ def test_a_killed_vllm_engine_and_a_stopped_rollout_server_end_their_runs_with_v
     assert f"trainctl's hf rollout server (HFRolloutServer, PID {servers[0].pid}) was stopped (SIGSTOP" in said
     assert "the trainer was still waiting for it, so trainctl ended the run" in said
     assert "trainctl's hf rollout server stopped" in status_row(cli, "stopped")
+    _resumes_after_the_last_checkpoint(cli, hf)
+
+
+def _resumes_after_the_last_checkpoint(cli, attempt: Attempt) -> None:
+    """`train --resume` of the failed run trains the step after its last whole checkpoint (and stops there)."""
+    last = attempt.checkpoint()
+    resumed = cli("train", "--resume", f"runs/{attempt.run.name}", f"run.max_steps={last + 1}")
+    assert resumed.exit_code == 0, resumed.output[-3000:]
+    assert [json.loads(line)["step"] for line in (attempt.run / "metrics" / "attempt-2.jsonl").open()] == [last + 1]
 
 
 @pytest.mark.slow
