@@ -146,11 +146,8 @@ def test_a_tool_server_killed_mid_run_fails_its_calls_in_flight_starts_again_and
     import time
     from pathlib import Path
 
-    import psutil
-
     from tests.launch.test_faults import Attempt
     from tests.real_runs import trainctl
-    from tests.shared import processes_with
 
     assert cli("data", "prep", "arith-tools").exit_code == 0
     work, steps = Path.cwd(), 4
@@ -158,8 +155,7 @@ def test_a_tool_server_killed_mid_run_fails_its_calls_in_flight_starts_again_and
             "trainer.val_before_train=false", "run.val_every=null", "run.name=agent-kill"]  # fmt: skip
     attempt = Attempt(work, trainctl("train", *args), name="agent-kill")
     attempt.wait(lambda: len(attempt.steps(1)) >= 1, "the first step", timeout=600)
-    servers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "calculator.jsonl")
-    assert servers, "the calculator server among the run's processes"
+    servers = attempt.processes("calculator.jsonl", "the calculator server")
     for server in servers:
         server.kill()
     killed_at = time.monotonic()

@@ -101,6 +101,12 @@ class Attempt:
         except (BlockingIOError, OSError):
             pass
 
+    def processes(self, text: str, what: str) -> list[psutil.Process]:
+        """The attempt's live processes whose command line has `text`; `what` names them when there are none."""
+        found = processes_with(map(psutil.Process, self.seen & set(psutil.pids())), text)
+        assert found, f"{what} among the run's processes"
+        return found
+
     def checkpoint(self) -> int:
         try:
             return int((self.run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
@@ -134,6 +140,16 @@ class Attempt:
             time.sleep(0.5)
         left = _alive(self.seen)
         assert not left, f"alive {GONE_WITHIN:.0f} s after the signal:\n" + "\n".join(left)
+
+    def fails_after(self, fault, within: float = 60.0) -> str:
+        """Inject `fault()`; trainctl then exits 3 within `within` seconds and none of the run's processes is left
+        30 s later. Returns what trainctl said, its whitespace folded."""
+        fault()
+        at = time.monotonic()
+        assert self.finish() == 3, self.output.decode(errors="replace")[-3000:]
+        assert time.monotonic() - at < within, f"{time.monotonic() - at:.0f} s to the verdict"
+        self.gone_after(at)
+        return " ".join(self.output.decode(errors="replace").split())
 
     def finish(self, timeout: float = 600.0) -> int:
         deadline = time.monotonic() + timeout
@@ -186,8 +202,7 @@ def test_a_run_survives_a_closed_terminal_a_killed_trainctl_and_a_dead_ray_worke
     third = Attempt(work, trainctl("train", "--resume", f"runs/{NAME}"))
     log = work / "runs" / NAME / "logs" / "attempt-3.log"
     third.wait(lambda: log.is_file() and "ready to fit" in log.read_text(errors="replace"), "attempt 3's training")
-    workers = processes_with(map(psutil.Process, third.seen & set(psutil.pids())), "WorkerDict")
-    assert workers, "verl's actor worker among the run's processes"
+    workers = third.processes("WorkerDict", "verl's actor worker")
     assert third.steps(3) == [], "killed before the attempt's first step ended"
     workers[0].kill()
     killed_at = time.monotonic()
@@ -227,29 +242,17 @@ def test_a_killed_vllm_engine_and_a_stopped_rollout_server_end_their_runs_with_v
     work = Path.cwd()
     vllm = Attempt(work, trainctl("train", *_run_args("engine", "hardware.rollout_engine=vllm")), name="engine")
     vllm.wait(lambda: vllm.checkpoint() >= 2, "the vLLM run's first checkpoint", timeout=600)
-    engines = processes_with(map(psutil.Process, vllm.seen & set(psutil.pids())), "VLLM::EngineCore")
-    assert engines, "vLLM's engine among the run's processes"
+    engines = vllm.processes("VLLM::EngineCore", "vLLM's engine")
     pid = engines[0].pid
-    engines[0].kill()
-    killed_at = time.monotonic()
-    assert vllm.finish() == 3
-    assert time.monotonic() - killed_at < 60
-    vllm.gone_after(killed_at)
-    said = vllm.output.decode(errors="replace")
+    said = vllm.fails_after(engines[0].kill)
     assert f"vLLM's engine (VLLM::EngineCore, PID {pid}) died at " in said, said[-3000:]
     assert "failed (exit" in status_row(cli, "engine") and "vLLM's engine died" in status_row(cli, "engine")
     _resumes_after_the_last_checkpoint(cli, vllm)
 
     hf = Attempt(work, trainctl("train", *_run_args("stopped", "run.watch.stopped=10")), name="stopped")
     hf.wait(lambda: hf.checkpoint() >= 2, "the hf run's first checkpoint")
-    servers = processes_with(map(psutil.Process, hf.seen & set(psutil.pids())), "HFRolloutServer")
-    assert servers, "trainctl's hf rollout server among the run's processes"
-    servers[0].suspend()
-    stopped_at = time.monotonic()
-    assert hf.finish() == 3
-    assert time.monotonic() - stopped_at < 10 + 30, "10 s stopped, then the trainer's SIGTERM (and SIGKILL)"
-    hf.gone_after(stopped_at)
-    said = " ".join(hf.output.decode(errors="replace").split())
+    servers = hf.processes("HFRolloutServer", "trainctl's hf rollout server")
+    said = hf.fails_after(servers[0].suspend, within=10 + 30)  # 10 s stopped, then the trainer's SIGTERM (SIGKILL)
     assert f"trainctl's hf rollout server (HFRolloutServer, PID {servers[0].pid}) was stopped (SIGSTOP" in said
     assert "the trainer was still waiting for it, so trainctl ended the run" in said
     assert "trainctl's hf rollout server stopped" in status_row(cli, "stopped")
@@ -279,8 +282,7 @@ def test_a_training_worker_the_kernels_oom_killer_kills_is_named_and_the_run_res
         into_group = lambda: (group / "cgroup.procs").write_text(str(os.getpid()))  # noqa: E731
         attempt = Attempt(work, trainctl("train", *_run_args("oom")), name="oom", preexec=into_group)
         attempt.wait(lambda: attempt.checkpoint() >= 2, "the run's first checkpoint")
-        workers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "WorkerDict")
-        assert workers, "verl's training worker among the run's processes"
+        workers = attempt.processes("WorkerDict", "verl's training worker")
         Path(f"/proc/{workers[0].pid}/oom_score_adj").write_text("1000")
         usage = int((group / "memory.usage_in_bytes").read_text())
         (group / "memory.limit_in_bytes").write_text(str(usage + 10 * 2**20))
@@ -314,8 +316,7 @@ def test_a_worker_killed_while_it_writes_a_checkpoint_leaves_it_torn_and_the_res
     work = Path.cwd()
     attempt = Attempt(work, trainctl("train", *_run_args("torn")), name="torn")
     attempt.wait(lambda: attempt.checkpoint() >= 2, "the first checkpoint")
-    workers = processes_with(map(psutil.Process, attempt.seen & set(psutil.pids())), "WorkerDict")
-    assert workers, "verl's training worker among the run's processes"
+    workers = attempt.processes("WorkerDict", "verl's training worker")
     step4 = attempt.run / "checkpoints" / "global_step_4"
     deadline = time.monotonic() + 300
     while not step4.exists():
