@@ -51,8 +51,10 @@ MEMORY_SETTINGS = (
 )
 
 
-# processes the trainer itself ends when it fails, before its error is printed
+# processes the trainer itself ends when it fails (before its error is printed) or finishes
 ENDED_BY_RUN = frozenset({"TransferQueueController", "SimpleStorageUnit"})
+# this many of the run's processes gone in one sample is the trainer stopping its Ray, at its end or after its error
+TOGETHER = 3
 
 
 def role_of(cmdline: list[str]) -> tuple[str, str] | None:
@@ -121,6 +123,7 @@ class Fault:
     rss: int | None = None
     oom: bool | None = None  # killed by the kernel's OOM killer; None: its memory cgroup does not say
     rank: int = 0  # its place in ROLES: of processes seen gone together, the lowest is blamed
+    together: bool = False  # gone with TOGETHER or more others at once: the trainer stopping its Ray (an end)
     ended_by_trainctl: bool = False  # the trainer was still waiting when its time was up
 
     def verdict(self) -> str:
@@ -207,13 +210,17 @@ class Vitals:
                     )
             else:
                 known.stopped_since = None
+        died = []
         for pid in list(self.watched):
             if pid in alive or (psutil.pid_exists(pid) and _not_zombie(pid)):
                 continue
             gone = self.watched.pop(pid)
             after = oom_kills(gone.cgroup)
             oom = None if after is None or gone.oom_kills is None else after > gone.oom_kills
-            self.faults.append(Fault("died", gone.what, gone.name, gone.pid, now, gone.rss, oom, _rank(gone.name)))
+            died.append(Fault("died", gone.what, gone.name, gone.pid, now, gone.rss, oom, _rank(gone.name)))
+        for f in died:
+            f.together = len(died) >= TOGETHER
+        self.faults += died
         self._check_progress(now)
 
     def _sample_trainer(self, proc: psutil.Process) -> None:
@@ -249,16 +256,15 @@ class Vitals:
 
     def due(self) -> Fault | None:
         """The fault the run should be ended for now, if any: a death the trainer outlived by `dead` seconds, a
-        process stopped for `stopped` seconds, a stall."""
+        process stopped for `stopped` seconds, a stall. Never the deaths of a trainer ending its own processes
+        (its transfer queue, or its whole Ray at once): a run that is finishing may take its time to exit."""
         now = time.time()
         for f in self.faults:
+            if f.kind == "died" and (f.together or f.name in ENDED_BY_RUN):
+                continue
             if f.kind != "died" or now - f.at >= self.dead:
                 return f
         return None
-
-    def first(self) -> Fault | None:
-        """What failed first: the run's verdict when the trainer ended on its own after a fault."""
-        return self.faults[0] if self.faults else None
 
 
 def _not_zombie(pid: int) -> bool:
