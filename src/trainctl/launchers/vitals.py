@@ -4,8 +4,8 @@ A verl run is a dozen processes: the trainer (main_ppo), Ray's GCS and raylet, v
 training WorkerDict, agent-loop workers) and a rollout engine (vLLM's EngineCore, or trainctl's HFRolloutServer).
 When one dies, verl does not always notice: a trainer that awaits a dead engine waits forever, and one that does
 notice may blame something else (verl's "Sync replay buffer selected terminal groups with no materializable
-trajectories" for a killed EngineCore). The supervisor samples the trainer's processes every couple of seconds;
-a process it knows by its title (ROLES) that dies, or stays stopped, becomes a Fault:
+trajectories" for a killed EngineCore). The supervisor samples the trainer's processes every half second; a
+process it knows by its title (ROLES) that dies, or stays stopped, becomes a Fault:
 
 - died      the trainer has `run.watch.dead` seconds to end by itself (verl raises ActorDiedError within a few);
             if it is still running then, trainctl ends it. Either way the verdict names what died, and when.
@@ -36,14 +36,14 @@ ROLES: tuple[tuple[re.Pattern, str, str], ...] = (  # (title, what it is, its na
     (re.compile(r"^ray::AgentLoopWorker"), "verl's agent-loop worker", "AgentLoopWorker"),
     (re.compile(r"^ray::RewardLoopWorker"), "verl's reward worker", "RewardLoopWorker"),
     # verl's TaskRunner closes its transfer queue (these two actors) in a `finally`: they die with every failure of
-    # the run, before the trainer prints it; blamed only when the trainer waits for them or names them (ENDED_BY_RUN)
+    # the run, before the trainer prints it, and at every end; blamed only when the trainer names them (ENDED_BY_RUN)
     (re.compile(r"^ray::TransferQueueController"), "verl's transfer queue", "TransferQueueController"),
     (re.compile(r"^ray::SimpleStorageUnit"), "verl's transfer queue storage", "SimpleStorageUnit"),
     (re.compile(r"/raylet/raylet\b"), "Ray's raylet (this node's Ray)", "raylet"),
     (re.compile(r"/gcs/gcs_server\b"), "Ray's GCS server (the cluster's head)", "gcs_server"),
 )
 
-# what lowers a verl run's memory, for a verdict that says the OOM killer struck
+# what lowers a run's memory (verl's keys: the runs with processes to watch are verl's), for an OOM killer's verdict
 MEMORY_SETTINGS = (
     "smaller batches (data.train_batch_size, actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu), shorter "
     "responses (data.max_response_length), parameter offload (actor_rollout_ref.actor.fsdp_config.param_offload=true), "
