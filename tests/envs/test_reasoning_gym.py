@@ -17,6 +17,8 @@ from trainctl.envs import reasoning_gym as kind
 from trainctl.runtime.rewards.reasoning_gym import compute_score
 
 MIX = "env.tasks=[spell_backward,{name:basic_arithmetic,weight:3,settings:{max_terms:2}}]"
+# the real run's, with its curriculum: a setting the curriculum does not set (it sets max_terms)
+RUN_MIX = "env.tasks=[spell_backward,{name:basic_arithmetic,weight:3,settings:{allow_parentheses:false}}]"
 
 
 def _env(**over):
@@ -75,6 +77,29 @@ BAD = {
     "no tasks": (["env.tasks=[]"], ["env.tasks is empty: reasoning_gym needs at least one task."]),
     "a malformed task": (["env.tasks=[{nam:spell_backward}]"], ["a task is a name, or {name, weight, settings}"]),
     "a weight of 0": (["env.tasks=[{name:spell_backward,weight:0}]"], ["a task's weight is a number above 0."]),
+    "curriculum bounds crossed": (
+        ["env.curriculum.enabled=true", "env.curriculum.lower_at=0.8"],
+        ["env.curriculum.lower_at = 0.8 is not below raise_at = 0.7", "Hint: env.curriculum.lower_at=0.35"],
+    ),
+    "curriculum threshold out of range": (
+        ["env.curriculum.enabled=true", "env.curriculum.raise_at=1.5"],
+        ["env.curriculum.raise_at = 1.5 is out of range: it must be in the range [0, 1]."],
+    ),
+    "curriculum above a task's top level": (
+        ["env.curriculum.enabled=true", "env.curriculum.start_level=7"],
+        ["env.curriculum.start_level = 7: spell_backward's curriculum has levels 0 to 4."],
+    ),
+    "a task with no curriculum": (
+        ["env.curriculum.enabled=true", "env.tasks=[spell_backward,list_functions]"],
+        ["env.tasks[1]: reasoning-gym has no curriculum for list_functions, and env.curriculum moves every task's"],
+    ),
+    "a setting the curriculum sets": (
+        ["env.curriculum.enabled=true", "env.tasks=[{name:basic_arithmetic,settings:{max_terms:3}}]"],
+        [
+            "env.tasks[0].settings.max_terms: the curriculum sets basic_arithmetic's max_terms",
+            "(by level: [2, 3, 4, 5, 6]).",
+        ],
+    ),
     "data beside it": (
         ["data=gsm8k"],
         ["env=reasoning_gym supplies the run's prompts and their scoring, which data=gsm8k would supply too."],
@@ -123,6 +148,7 @@ def test_a_plan_generates_the_rows_once_per_setting(cli, isolated):
     (folder,) = (isolated / "data" / "env").iterdir()
     train_file = folder / "rl" / "train.parquet"
     assert train_file.is_file() and (folder / "rl" / "test.parquet").is_file()
+    assert json.loads((folder / "rl" / "env.json").read_text())["tasks"][0] == "spell_backward"  # the curriculum's
     stamp = train_file.stat().st_mtime_ns
     assert cli("config", "validate", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX).exit_code == 0
     assert train_file.stat().st_mtime_ns == stamp  # found, not written again
@@ -157,20 +183,33 @@ def test_env_ls_and_show(cli):
     show = cli("env", "show", "spell_backward", "-n", "2")
     assert show.exit_code == 0, show.output
     assert "  min_word_len: 3" in show.stdout and show.stdout.count("scored:   1 for <answer>") == 2
+    assert "Curriculum (env.curriculum.enabled=true)" in show.stdout and "  max_word_len: 3, 5, 7, 9, 11" in show.stdout
     missing = cli("env", "show", "spell_backwards")
     assert missing.exit_code == 1 and "Did you mean 'spell_backward'?" in missing.stderr
 
 
+# the curriculum of the real run: the tiny model never writes the answer tag (every reward 0, measured), so its levels
+# rise at a rolling mean of 0 over one step: every step moves them, which is what the run checks (the rule's thresholds
+# are tests/runtime/test_curriculum.py's)
+CURRICULUM = ("env.curriculum.enabled=true", "env.curriculum.raise_at=0", "env.curriculum.window=1")
+
+
 @pytest.fixture(scope="module")
 def env_run(real_home):
-    """GRPO of the tiny model on two reasoning-gym tasks, 2 steps, validated before and after. Launched without a
-    dry run first: the rows it generates are checked as they are written, too fresh for the data check to keep its
-    verdict (trainctl.paths.memo_on_files), and real_runs.train would count the launch's check as one the dry run
-    missed."""
-    return train(
-        real_home, "grpo-env", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", MIX, "run.max_steps=2",
-        "run.val_every=2", "logger=console", check_first=False,
+    """GRPO of the tiny model on two reasoning-gym tasks with a curriculum: one step (validated before), then resumed
+    to a second (validated at the end). Launched without a dry run first: the rows it generates are checked as they are
+    written, too fresh for the data check to keep its verdict (trainctl.paths.memo_on_files), and real_runs.train
+    would count the launch's check as one the dry run missed."""
+    run = train(
+        real_home, "grpo-env", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", RUN_MIX, *CURRICULUM,
+        "run.max_steps=1", "run.val_every=2", "logger=console", check_first=False,
     )  # fmt: skip
+    resumed = subprocess.run(
+        trainctl("train", "--resume", str(run.path), "run.max_steps=2"), cwd=run.work, env=real_home.env(),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    return run
 
 
 def test_grpo_on_a_task_mix_runs_through_verls_loop_and_validates_each_task(env_run, real_home):
@@ -194,3 +233,28 @@ def test_grpo_on_a_task_mix_runs_through_verls_loop_and_validates_each_task(env_
     by_task = (done.stdout + done.stderr).split("acc by data_source:")[1].splitlines()[0]
     assert "reasoning_gym/spell_backward" in by_task and "reasoning_gym/basic_arithmetic" in by_task
     assert Path(env_run.path / "eval").is_dir()
+
+
+def test_the_curriculum_moves_each_tasks_level_logs_it_and_a_resumed_run_goes_on_from_it(env_run, real_home):
+    """Every step logs each task's train reward and level; step 1 raised both to 1, and the resumed attempt's step
+    (from the checkpoint's data.pt) raised them to 2: a fresh start would have logged 1 again. `runs show` says so."""
+    import torch
+
+    from trainctl.metrics import read_metrics
+
+    metrics = read_metrics(env_run.path)
+    for step, level in ((1, 1), (2, 2)):
+        for task in ("spell_backward", "basic_arithmetic"):
+            assert metrics[step][f"env/{task}/level"] == level, (step, task, metrics[step])
+            assert metrics[step][f"env/{task}/reward"] == 0.0  # the tiny model's, measured: no answer tag
+    assert sorted(p.name for p in (env_run.path / "metrics").glob("attempt-*.jsonl")) == [
+        "attempt-1.jsonl", "attempt-2.jsonl",
+    ]  # fmt: skip
+    state = torch.load(env_run.path / "checkpoints/global_step_2/data.pt", weights_only=False)
+    assert state["dataset_state"]["curriculum"]["levels"] == {"spell_backward": 2, "basic_arithmetic": 2}
+    shown = subprocess.run(
+        trainctl("runs", "show", str(env_run.path)), cwd=env_run.work, env=real_home.env(),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "env/basic_arithmetic/level" in shown.stdout
+    assert [ln.split()[-1] for ln in shown.stdout.splitlines() if "env/spell_backward/level" in ln] == ["2"]

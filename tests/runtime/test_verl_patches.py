@@ -60,6 +60,9 @@ PINNED = {
     (verl_patches.TRAINER, "PPOTrainer._validate"): (
         "f1d58a70e91d7883d78f827c5fb583094ae307c85f6e50ec7a6b4e44092f5bfa"
     ),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer.step"): (
+        "e22f53aadb7805d2d15d16ba6528b6ef8628dfab5949ef00abbc339f5a35ec80"
+    ),
     # the trajectories' turns in the rollout dumps (trainctl.runtime.trajectories)
     (verl_patches.LOOP, "ToolAgentLoop.run"): "4d3b05be93f3261c1f4d0d4d9b3283e88d5b5de57515d585c32a6ff698b1ad0f",
     (verl_patches.LOOP, "ToolAgentLoop._handle_pending_state"): (
@@ -234,6 +237,9 @@ def test_with_reward_and_tools_the_step_is_wrapped_once_and_gets_both_sets(tmp_p
 
         def _validate(self):
             return {"val-core/acc": 0.5}
+
+        def step(self, metrics, timing_raw):
+            return "the step's batch"
 
     def compute_data_metrics(batch, use_critic=True):
         return {"critic/score/mean": 1.0}

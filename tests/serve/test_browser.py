@@ -115,6 +115,31 @@ def test_the_runs_table_sorts_and_filters(site, tmp_path):
     assert not problems
 
 
+def test_a_run_with_an_environment_gets_a_chart_per_task(site, grpo_run, copies):
+    """A run with env=... logs env/TASK/reward and env/TASK/level (trainctl.runtime.env_metrics): charted per task as
+    they arrive, labelled by the task (a copy of the real GRPO run, its steps given two tasks' figures)."""
+    import json
+
+    from tests.serve.conftest import copy_run
+
+    server, page, _, problems = site
+    copy_run(grpo_run.path, copies / "grpo-env")
+    for log in (copies / "grpo-env" / "metrics").glob("*.jsonl"):
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        for r in records:
+            r["data"].update(
+                {f"env/{t}/{w}": r["step"] / 10 for t in ("spell_backward", "gcd") for w in ("reward", "level")}
+            )
+        log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    page.goto(f"{server.url}/runs/grpo-env")
+    page.wait_for_selector(".chart[data-metric='env/spell_backward/level'] canvas")
+    charts = page.locator(".chart").evaluate_all("els => els.map(e => [e.dataset.metric, e.innerText])")
+    env = [(m, label.splitlines()[0]) for m, label in charts if m.startswith("env/")]
+    assert [m for m, _ in env] == [f"env/{t}/{w}" for t in ("gcd", "spell_backward") for w in ("reward", "level")], env
+    assert env[0][1].startswith("gcd reward"), env
+    assert not problems
+
+
 def test_a_run_page_draws_its_charts(site, grpo_run, tmp_path):
     server, page, _, problems = site
     page.goto(f"{server.url}/runs/grpo")

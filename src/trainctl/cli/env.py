@@ -64,6 +64,12 @@ def show(
     typer.echo(f"{task} (reasoning_gym): settings, as env.tasks=[{{name:{task},settings:{{FIELD:VALUE}}}}]")
     for name, default in d.settings.items():
         typer.echo(f"  {name}: {default!r}")
+    if d.curriculum is None:
+        typer.echo("Curriculum: none (env.curriculum cannot move it)")
+    else:
+        typer.echo("Curriculum (env.curriculum.enabled=true): the settings it sets, level 0, 1, ...")
+        for name, values in d.curriculum.items():
+            typer.echo(f"  {name}: {', '.join(map(str, values))}")
     for i, ex in enumerate(d.examples, 1):
         typer.echo(f"\nExample {i}:\n  question: {ex.question}\n  answer:   {ex.answer}")
         typer.echo(f"  scored:   {ex.right:g} for <answer>{ex.answer}</answer>, {ex.untagged:g} without the tag")

@@ -349,7 +349,7 @@ def _show(info, all_metrics: bool) -> None:
         return
     last = max(metrics)
     values = metrics[last]
-    keyed = [n for km in key_metrics(info.family) if (n := km.pick(values))]
+    keyed = [n for km in key_metrics(info.family, values) if (n := km.pick(values))]
     shown = sorted(values) if all_metrics else keyed
     say(f"Last metrics (step {last}):")
     width = max((len(n) for n in shown), default=0)

@@ -35,6 +35,11 @@ def _if_eq(value, expected, then):
     return then if value == expected else UNSET
 
 
+def _choose(flag, then, otherwise):
+    """`then` when flag is true, else `otherwise`."""
+    return then if flag else otherwise
+
+
 def _plain(node):
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -113,6 +118,7 @@ RESOLVERS = {
     "tc.or": _or,
     "tc.if_null": _if_null,
     "tc.if_eq": _if_eq,
+    "tc.choose": _choose,
     "tc.sum": lambda *xs: sum(xs),
     "tc.floordiv": lambda a, b: a // b,
     "tc.eq": lambda a, b: a == b,

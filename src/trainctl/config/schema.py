@@ -155,6 +155,20 @@ class Data:
 
 
 @dataclass
+class Curriculum:
+    """env.curriculum: each task's difficulty follows its own rolling train reward (reasoning-gym's curricula: a task's
+    level sets its generator's difficulty settings, `trainctl env show NAME` lists them)."""
+
+    enabled: bool = opt("move each task's level with its reward (false: every task stays at its settings)", False)
+    window: int = opt("steps whose rewards a task's rolling mean takes (after a level change it starts over)", 4, ge=1)
+    raise_at: float = opt("a task's level goes up when its rolling mean reward reaches this", 0.7, ge=0, le=1)
+    lower_at: float | None = opt(
+        "and down when it falls to this (null: levels only rise); below raise_at", None, ge=0, le=1
+    )
+    start_level: int = opt("every task's level at the first step (0: reasoning-gym's easiest)", 0, ge=0)
+
+
+@dataclass
 class Env:
     """A packaged environment (issue 55): it supplies the prompts and the scoring of an RL run, in place of the data
     and reward options (env=NAME chooses data=env and reward=env for the run; trainctl.envs)."""
@@ -177,6 +191,7 @@ class Env:
     reward_fn: str | None = opt("the scoring function reward=env calls (the kind's own)")
     max_prompt_length: int = opt("token budget of a generated prompt (data=env's)", 256, ge=1)
     max_response_length: int = opt("token budget of a response (data=env's)", 64, ge=1)
+    curriculum: Curriculum = opt("raise (or lower) each task's difficulty with its reward", Curriculum)
 
 
 @dataclass

@@ -7,23 +7,30 @@ and a reward option. A kind is one module here with the same four functions, reg
   describe(task, n, seed)    a task's settings and n generated examples, scored (`trainctl env show`)
 
 prepare() writes a config's rows into data.dir (a folder per setting of the environment: trainctl.config.compose),
-all or none, once: the next plan with the same settings finds them there.
+all or none, once: the next plan with the same settings finds them there; with them, the environment's settings (SPEC),
+from which a run's curriculum (trainctl.runtime.curriculum) generates its tasks at their next levels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 import os
 import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from trainctl.errors import ConfigProblems, Problem
 
 # kind -> the module that implements it
 KINDS = {"reasoning_gym": "trainctl.envs.reasoning_gym"}
 SPLITS = {"train": "train_files", "test": "val_files"}
+# the environment's settings, written beside its train rows (trainctl.runtime.curriculum reads them in the trainer)
+SPEC = "env.json"
 
 
 def kind_module(kind: str) -> ModuleType:
@@ -66,6 +73,10 @@ def prepare(cfg: Any) -> Path | None:
             target = staging / Path(getattr(cfg.data, key)).relative_to(folder)
             target.parent.mkdir(parents=True, exist_ok=True)
             write_rows(target, kind.rows(env, split))
+        # the settings the rows came from, beside them: a run's curriculum generates its tasks' next levels from them
+        spec = staging / Path(cfg.data.train_files).relative_to(folder).parent / SPEC
+        settings = OmegaConf.to_container(env, resolve=True) if OmegaConf.is_config(env) else dataclasses.asdict(env)
+        spec.write_text(json.dumps(settings, indent=1, default=str))
         if folder.exists():  # an earlier, interrupted write: what is there is not whole
             shutil.rmtree(folder)
         os.replace(staging, folder)

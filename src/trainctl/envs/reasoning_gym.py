@@ -125,6 +125,8 @@ def problems(env) -> list[Problem]:
                     hint=f"trainctl env show {name}   (its settings and their defaults)",
                 )
             )
+    if not found and getattr(env, "curriculum", None) is not None and env.curriculum.enabled:
+        found += curriculum_problems(env)
     return found
 
 
@@ -144,31 +146,126 @@ def _dataset(env, split: str):
     import reasoning_gym
     from reasoning_gym.composite import DatasetSpec
 
-    specs = [DatasetSpec(s["name"], float(s["weight"]), s["settings"]) for s in task_specs(env)]
+    curriculum = getattr(env, "curriculum", None)
+    level = curriculum.start_level if curriculum is not None and curriculum.enabled else None
+    specs = [
+        DatasetSpec(s["name"], float(s["weight"]), s["settings"] if level is None else at_level(s, level))
+        for s in task_specs(env)
+    ]
     size = env.train_size if split == "train" else env.test_size
     seed = env.seed if split == "train" else env.seed + 1  # a held-out split of other draws
     return reasoning_gym.create_dataset("composite", size=size, seed=seed, datasets=specs)
 
 
 def rows(env, split: str):
+    """The split's rows; with a curriculum, every task at its start level (the held-out split stays there: the same
+    test all through a run)."""
     for index, entry in enumerate(_dataset(env, split)):
-        task = entry["metadata"]["source_dataset"]
-        question = entry["question"] if not env.instruction else f"{entry['question']}\n{env.instruction}"
-        prompt = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
-        yield {
-            "data_source": f"{PREFIX}/{task}",
-            "prompt": [*prompt, {"role": "user", "content": question}],
-            "ability": "reasoning",
-            "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
-            "extra_info": {
-                "split": split,
-                "index": index,
-                "task": task,
-                "answer_tag": env.answer_tag,
-                # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
-                "entry": json.dumps(entry, default=str),
-            },
-        }
+        yield row(env, entry, entry["metadata"]["source_dataset"], index, split)
+
+
+def row(env, entry: dict, task: str, index: int, split: str) -> dict[str, Any]:
+    """One RL row (verl's columns) of a reasoning-gym entry."""
+    question = entry["question"] if not env.instruction else f"{entry['question']}\n{env.instruction}"
+    prompt = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
+    return {
+        "data_source": f"{PREFIX}/{task}",
+        "prompt": [*prompt, {"role": "user", "content": question}],
+        "ability": "reasoning",
+        "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "task": task,
+            "answer_tag": env.answer_tag,
+            # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
+            "entry": json.dumps(entry, default=str),
+        },
+    }
+
+
+# --- the curriculum (env.curriculum): reasoning-gym's own, one per task ------------------------------------------
+
+
+def _curriculum(name: str):
+    from reasoning_gym.factory import create_curriculum, has_curriculum
+
+    return create_curriculum(name) if has_curriculum(name) else None
+
+
+def levels_of(name: str) -> int:
+    """How many levels reasoning-gym's curriculum of a task has (its longest attribute's)."""
+    return max(len(a.levels) for a in _curriculum(name).attributes.values())
+
+
+def curriculum_fields(name: str) -> dict[str, list]:
+    """The generator's settings a task's curriculum sets, with each one's value at every level."""
+    from reasoning_gym.coaching.attributes import RangeAttributeDefinition
+
+    out: dict[str, list] = {}
+    for a in _curriculum(name).attributes.values():
+        if isinstance(a, RangeAttributeDefinition):
+            out[a.lower_field_name] = out[a.upper_field_name] = list(a.levels)
+        else:
+            out[a.field_name] = list(a.levels)
+    return out
+
+
+def at_level(spec: dict[str, Any], level: int) -> dict[str, Any]:
+    """A task's generator settings at a curriculum level: what reasoning-gym's curriculum sets at that level (each of
+    its attributes at the level, or its last; a range spans the easiest level to this one), the task's own settings
+    for the rest."""
+    curriculum = _curriculum(spec["name"])
+    curriculum.set_global_level(level)
+    config = curriculum.generate_configuration(defaults=dict(spec["settings"]))
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in ("seed", "size")}
+
+
+def curriculum_problems(env) -> list[Problem]:
+    """What is wrong with env.curriculum for these tasks (it is on)."""
+    c = env.curriculum
+    found: list[Problem] = []
+    if c.lower_at is not None and c.lower_at >= c.raise_at:
+        found.append(
+            Problem(
+                f"env.curriculum.lower_at = {c.lower_at} is not below raise_at = {c.raise_at}: a task's level would "
+                "go up and down on the same reward.",
+                key="env.curriculum.lower_at",
+                hint=f"env.curriculum.lower_at={round(c.raise_at / 2, 3)}   (or null: levels only rise)",
+            )
+        )
+    for i, spec in enumerate(task_specs(env)):
+        key, name = f"env.tasks[{i}]", spec["name"]
+        if _curriculum(name) is None:
+            found.append(
+                Problem(
+                    f"{key}: reasoning-gym has no curriculum for {name}, and env.curriculum moves every task's level.",
+                    key=key,
+                    hint="env.curriculum.enabled=false, or a task with one (`trainctl env show NAME` says which)",
+                )
+            )
+            continue
+        fields = curriculum_fields(name)
+        for k in spec["settings"]:
+            if k in fields:
+                found.append(
+                    Problem(
+                        f"{key}.settings.{k}: the curriculum sets {name}'s {k} (by level: {fields[k]}).",
+                        key=f"{key}.settings.{k}",
+                        hint=f"drop {k} from the task's settings (env.curriculum.start_level picks the level), or "
+                        "env.curriculum.enabled=false",
+                    )
+                )
+        top = levels_of(name) - 1
+        if c.start_level > top:
+            found.append(
+                Problem(
+                    f"env.curriculum.start_level = {c.start_level}: {name}'s curriculum has levels 0 to {top}.",
+                    key="env.curriculum.start_level",
+                    hint=f"env.curriculum.start_level={top}",
+                )
+            )
+    return found
 
 
 def tasks() -> list[str]:
@@ -188,6 +285,7 @@ class Example:
 class Description:
     settings: dict[str, Any]  # the generator's settings and their defaults
     examples: list[Example]
+    curriculum: dict[str, list] | None = None  # the settings its curriculum sets, by level (None: it has none)
 
 
 def describe(task: str, n: int = 3, seed: int = 0) -> Description:
@@ -215,4 +313,5 @@ def describe(task: str, n: int = 3, seed: int = 0) -> Description:
         examples.append(
             Example(entry["question"], answer, score(f"<answer>{answer}</answer>", info), score(answer, info))
         )
-    return Description(settings, examples[:n])
+    curriculum = curriculum_fields(task) if _curriculum(task) is not None else None
+    return Description(settings, examples[:n], curriculum)

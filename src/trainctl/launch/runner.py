@@ -121,6 +121,8 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
             # that never use it: the plugin hides it (trainctl.runtime.verl_cpu_plugin)
             env["TRAINCTL_NO_VLLM"] = "1"
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
+    if plan.cfg.family == "ppo" and plan.cfg.env.kind != "none":
+        env["TRAINCTL_ENV"] = plan.cfg.env.kind  # per-task rewards and the curriculum (trainctl.runtime.env_metrics)
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)

@@ -70,7 +70,7 @@ def compare(runs: list[RunInfo], extra_metrics: list[str] | None = None) -> Comp
     names: list[str] = []
     for r, metrics in zip(runs, series, strict=True):
         present = {k for m in metrics.values() for k in m}
-        names += [n for km in key_metrics(r.family) if (n := km.pick(present)) and n not in names]
+        names += [n for km in key_metrics(r.family, present) if (n := km.pick(present)) and n not in names]
     names += [m for m in extra_metrics or [] if m not in names]
     for name in names:
         out.metrics[name] = [_last(metrics, name) for metrics in series]

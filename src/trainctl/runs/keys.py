@@ -83,8 +83,30 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
 HEADLINE = {"ppo": KEY_METRICS["ppo"][0]}  # else the loss
 
 
-def key_metrics(family: str | None) -> tuple[KeyMetric, ...]:
-    return KEY_METRICS.get(family or "", (LOSS,))
+# an environment's (env=NAME: trainctl.runtime.env_metrics): each task's train reward and, with a curriculum, level
+ENV_METRICS = (("reward", False), ("level", False))
+
+
+def env_metrics(present: set[str] | dict) -> tuple[KeyMetric, ...]:
+    """The per-task metrics of a run with an environment, for the tasks it logged (none without one)."""
+    tasks = sorted({n.split("/")[1] for n in present if n.startswith("env/") and n.count("/") == 2})
+    return tuple(
+        KeyMetric(f"{task} {what}", (f"env/{task}/{what}",), better)
+        for task in tasks
+        for what, better in ENV_METRICS
+        if f"env/{task}/{what}" in present
+    )
+
+
+def env_patterns() -> list[dict[str, str]]:
+    """env_metrics as patterns (serve's run page charts a run's tasks as their metrics arrive): a label with {task},
+    and the regular expression of the names it labels (the task its group)."""
+    return [{"label": f"{{task}} {what}", "pattern": f"^env/([^/]+)/{what}$"} for what, _ in ENV_METRICS]
+
+
+def key_metrics(family: str | None, present: set[str] | dict | None = None) -> tuple[KeyMetric, ...]:
+    """The family's key metrics; with the names a run logged (`present`), its environment's per-task ones too."""
+    return KEY_METRICS.get(family or "", (LOSS,)) + (env_metrics(present) if present else ())
 
 
 def headline(family: str | None) -> KeyMetric:

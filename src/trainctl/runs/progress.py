@@ -151,7 +151,7 @@ class Progress:
         """The family's key metrics present in this run: latest value and recent values (oldest first)."""
         present = {k for m in self.metrics.values() for k in m}
         out = []
-        for km in key_metrics(self.family):
+        for km in key_metrics(self.family, present):
             name = km.pick(present)
             if name is None:
                 continue

@@ -6,7 +6,8 @@ trainctl sets for hardware=cpu) it installs the CPU platform; in a GPU run train
 without the flash-attn package, it only lets verl's critic load with the attention the model asks for. A verl run
 trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
 TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics) and the tool metrics when TRAINCTL_TOOL_CALLS is
-set (trainctl.runtime.tool_metrics), with the trajectories' turns in the rollout dumps
+set (trainctl.runtime.tool_metrics), an environment's figures and curriculum when TRAINCTL_ENV is set
+(trainctl.runtime.env_metrics), with the trajectories' turns in the rollout dumps
 (trainctl.runtime.trajectories).
 """
 
@@ -18,8 +19,9 @@ from trainctl.import_cost import skip_for_run as _skip_for_run
 
 _skip_for_run()
 
-if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS"):
-    # reward and tool metrics in the training log (trainctl.runtime.reward_metrics, .tool_metrics): GPU runs too
+if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS") or os.environ.get("TRAINCTL_ENV"):
+    # reward, tool and environment metrics in the training log (trainctl.runtime.reward_metrics, .tool_metrics,
+    # .env_metrics, which moves an environment's curriculum too): GPU runs too
     from trainctl.runtime.verl_patches import apply_metrics as _apply_metrics
 
     _apply_metrics()

@@ -3,7 +3,7 @@
 Five sets, each replacing module attributes with wrappers:
   - PATCHES (apply()): behave exactly like the original unless the process runs on trainctl's CPU platform;
   - METRIC_PATCHES (apply_metrics()): the trainer's metrics, with the figures trainctl adds to the training log
-    (trainctl.runtime.reward_metrics, trainctl.runtime.tool_metrics provide them) when trainctl launched the run
+    (trainctl.runtime.reward_metrics, .tool_metrics and .env_metrics provide them) when trainctl launched the run
     with them; one wrapper per verl function, whichever sets are on;
   - TRAJECTORY_PATCHES (apply_trajectories()): the turns of each trajectory in the rollout dumps, for runs with
     tools (trainctl.runtime.trajectories provides the wrappers);
@@ -92,6 +92,10 @@ METRIC_PATCHES = {
     ),
     (TRAINER, "PPOTrainer._validate"): (
         "the tool calls validation makes are reported with the validation metrics (val-tool/*), not the next step's"
+    ),
+    (TRAINER, "PPOTrainer.step"): (
+        "has no hook between a step's rewards and its checkpoint: an environment's per-task rewards are read there, "
+        "and its curriculum moves the tasks' levels before the checkpoint saves them"
     ),
 }
 
@@ -367,16 +371,17 @@ def _logprobs_from_logits(original):
 @functools.cache
 def metric_sets() -> tuple:
     """The metric sets this process adds to the training log, as trainctl's launch environment asks
-    (TRAINCTL_REWARD_KIND, TRAINCTL_TOOL_CALLS); built once, when the trainer's module is patched: the wrappers of
-    one set share its state."""
+    (TRAINCTL_REWARD_KIND, TRAINCTL_TOOL_CALLS, TRAINCTL_ENV); built once, when the trainer's module is patched: the
+    wrappers of one set share its state."""
     return tuple(cls(os.environ[cls.ENV]) for cls in _metric_set_classes())
 
 
 def _metric_set_classes() -> list[type]:
+    from trainctl.runtime.env_metrics import EnvMetrics
     from trainctl.runtime.reward_metrics import RewardMetrics
     from trainctl.runtime.tool_metrics import ToolMetrics
 
-    return [cls for cls in (RewardMetrics, ToolMetrics) if os.environ.get(cls.ENV)]
+    return [cls for cls in (RewardMetrics, ToolMetrics, EnvMetrics) if os.environ.get(cls.ENV)]
 
 
 def _sets_wrapping(func: str) -> list:
@@ -408,6 +413,18 @@ def _compute_metrics(original):
         return result
 
     return _compute_metrics
+
+
+def _step(original):
+    sets = _sets_wrapping("PPOTrainer.step")
+
+    def step(self, metrics, timing_raw):
+        batch = original(self, metrics, timing_raw)
+        for s in sets:  # not a report only: a curriculum that cannot move must stop the run
+            s.after_step(batch, self.global_steps)
+        return batch
+
+    return step
 
 
 def _validate(original):
@@ -471,6 +488,7 @@ _WRAPPERS = {
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
+    "PPOTrainer.step": _step,
     "ToolAgentLoop._handle_pending_state": _trajectories("wrap_pending_state"),
     "ToolAgentLoop.run": _trajectories("wrap_run"),
     "PPOTrainer._write_generations": _trajectories("wrap_write_generations"),

@@ -269,7 +269,7 @@ def summary(run: Path, family: str | None) -> Summary:
 def key_values(family: str | None, data: dict) -> dict[str, float | None]:
     """The family's key metrics present in one step's metrics: trainer name -> value."""
     out = {}
-    for km in key_metrics(family):
+    for km in key_metrics(family, data):
         name = km.pick(data)
         if name:
             v = data[name]

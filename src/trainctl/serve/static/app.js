@@ -205,11 +205,23 @@ async function initRun() {
   }
   const charted = new Set();  // the key metrics with a chart, by label
   function addKeyCharts(present) {
+    // an environment's tasks (patterns: env/TASK/reward, ...): each task's charts together, tasks by name
+    const patterns = keys.filter((k) => k.pattern);
+    const found = [];
+    for (const n of present) {
+      patterns.forEach((k, i) => {
+        const m = n.match(new RegExp(k.pattern));
+        if (m) found.push([m[1], i, n, k.label.replace("{task}", m[1])]);
+      });
+    }
+    found.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
     for (const k of keys) {
+      if (k.pattern) continue;
       if (charted.has(k.label)) continue;
       const name = k.names.find((n) => present.includes(n));
       if (name) { charted.add(k.label); addChart(name, k.label); }
     }
+    for (const [, , name, label] of found) addChart(name, label);
   }
   more.addEventListener("change", () => { if (more.value) addChart(more.value, ""); more.value = ""; });
 
