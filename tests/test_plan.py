@@ -15,8 +15,8 @@ def test_a_plan_holds_the_typed_config_and_the_backend_config():
     assert plan.cfg.hardware.gpus_per_node == 8 and plan.cfg.run.epochs == 2
     assert plan.backend.name == "verl-ppo"
     assert plan.value("trainer.n_gpus_per_node") == 8 and plan.value("trainer.total_epochs") == 2
-    first = ["algorithm", "model", "data", "reward", "env", "distillation", "tools", "hardware"]
-    assert list(plan.trainctl_tree())[:8] == first
+    first = ["algorithm", "model", "data", "reward", "env", "distillation", "offpolicy", "tools", "hardware"]
+    assert list(plan.trainctl_tree())[:9] == first
 
 
 def test_the_command_is_built_once(monkeypatch):

@@ -9,8 +9,9 @@ def test_show_prints_the_trainctl_config(cli):
     result = cli("config", "show", "algorithm=grpo", "model=qwen3-8b", "run.epochs=3")
     assert result.exit_code == 0, result.output
     tree = yaml.safe_load(result.stdout)
-    assert list(tree)[:11] == [
-        "algorithm", "model", "data", "reward", "env", "distillation", "tools", "hardware", "logger", "lora", "run"
+    assert list(tree)[:12] == [
+        "algorithm", "model", "data", "reward", "env", "distillation", "offpolicy", "tools", "hardware", "logger",
+        "lora", "run",
     ]  # fmt: skip
     assert tree["model"]["name"] == "qwen3-8b" and tree["run"]["epochs"] == 3
     assert tree["verl"]["algorithm"]["adv_estimator"] == "grpo"

@@ -23,7 +23,8 @@ def test_declares_knows_trainctls_keys_from_the_backends():
 
 
 @pytest.mark.parametrize(
-    "group", ["algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora", "recipe"]
+    "group",
+    ["algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora", "offpolicy", "recipe"],
 )
 def test_every_shipped_option_loads_against_the_schema(group):
     for option in SearchPath.default().options(group):

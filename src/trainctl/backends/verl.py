@@ -229,6 +229,15 @@ class VerlPPO(_Verl):
             out.append(({"ray_kwargs": {"ray_init": {"runtime_env": runtime_env}}}, "hardware.fork_workers"))
         if cfg.distillation.teacher:
             out.append((teacher_keys(cfg, comp.search), "distillation.teacher (trainctl.backends.verl)"))
+        if cfg.offpolicy.mode == "split" and cfg.offpolicy.sync_every is None:
+            # the one value verl's separate_async accepts: an update per mini-batch, a sync per step's batch
+            per_step, mini = (
+                OmegaConf.select(comp.cfg, f"verl.{k}", default=None)
+                for k in ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
+            )
+            if isinstance(per_step, int) and isinstance(mini, int) and 0 < mini <= per_step:
+                sync = {"trainer": {"v1": {"separate_async": {"parameter_sync_step": per_step // mini}}}}
+                out.append((sync, "offpolicy.sync_every: null (data.train_batch_size / ppo_mini_batch_size)"))
         return out
 
     def known_keys(self, group_choices: dict[str, str]) -> set[str]:

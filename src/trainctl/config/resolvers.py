@@ -7,6 +7,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trainctl.config import offpolicy
+
 # A mapped value equal to this is dropped: the backend keeps its own default.
 UNSET = "__trainctl_unset__"
 
@@ -38,6 +40,43 @@ def _if_eq(value, expected, then):
 def _choose(flag, then, otherwise):
     """`then` when flag is true, else `otherwise`."""
     return then if flag else otherwise
+
+
+def _if_ne(value, other, then):
+    """`then` when value != other, else UNSET: a setting every option but one needs (offpolicy's, but for off)."""
+    return then if value != other else UNSET
+
+
+def _verl_mode(mode):
+    """offpolicy.mode -> verl's trainer.v1.trainer_mode; off leaves verl's default (sync) alone."""
+    return UNSET if mode == "off" else offpolicy.VERL_MODES[mode]
+
+
+def _staleness_threshold(mode, max_staleness):
+    """verl's max_off_policy_threshold: the versions a sample may span, its own included (max_staleness + 1: verl's
+    replay buffer drops a sample when `global_steps - submitted_step + 1 > threshold`); null: no cap."""
+    if mode == "off":
+        return UNSET
+    return None if max_staleness is None else max_staleness + 1
+
+
+def _is_threshold(correction, floor, cap):
+    found = offpolicy.is_threshold(correction, floor, cap)
+    return UNSET if found is None else found
+
+
+def _split(which, mode, nnodes, gpus_per_node, rollout_gpus):
+    """offpolicy=split's share of the hardware's devices: trainer_nodes, trainer_gpus (the whole hardware for the
+    other modes), rollout_nodes, rollout_gpus (UNSET for the other modes: verl's defaults)."""
+    if mode != "split":
+        return {"trainer_nodes": nnodes, "trainer_gpus": gpus_per_node}.get(which, UNSET)
+    (train_nodes, train_gpus), (roll_nodes, roll_gpus) = offpolicy.split_layout(nnodes, gpus_per_node, rollout_gpus)
+    return {
+        "trainer_nodes": train_nodes,
+        "trainer_gpus": train_gpus,
+        "rollout_nodes": roll_nodes,
+        "rollout_gpus": roll_gpus,
+    }[which]
 
 
 def _plain(node):
@@ -119,6 +158,11 @@ RESOLVERS = {
     "tc.if_null": _if_null,
     "tc.if_eq": _if_eq,
     "tc.choose": _choose,
+    "tc.if_ne": _if_ne,
+    "tc.verl_mode": _verl_mode,
+    "tc.staleness_threshold": _staleness_threshold,
+    "tc.is_threshold": _is_threshold,
+    "tc.split": _split,
     "tc.sum": lambda *xs: sum(xs),
     "tc.floordiv": lambda a, b: a // b,
     "tc.eq": lambda a, b: a == b,

@@ -16,26 +16,14 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainctl.config.types import beside, beside_field, bounds, type_hints
+from trainctl.config.fields import doc, opt
+from trainctl.config.offpolicy import Offpolicy
+from trainctl.config.types import beside, beside_field, type_hints
 from trainctl.facts.verl import REWARD_NODE_KEYS
 
 # verl's two trainers, and one family per TRL trainer (trainctl.facts.trl.TRAINERS; a test keeps them equal)
 Family = Literal["sft", "ppo", "dpo", "rm", "kto", "orpo", "cpo"]
 DataFormat = Literal["rl", "sft", "dpo", "kto"]
-
-
-def doc(text: str, **limits) -> Any:
-    """A required field with its documentation (and bounds: ge=, gt=, le=, lt=)."""
-    return field(metadata=bounds(doc=text, **limits))
-
-
-def opt(text: str, default: Any = None, **limits) -> Any:
-    """A field with a default, its documentation and bounds."""
-    if isinstance(default, type):  # a nested section: its own defaults
-        return field(default_factory=default, metadata=bounds(doc=text, **limits))
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: type(default)(default), metadata=bounds(doc=text, **limits))
-    return field(default=default, metadata=bounds(doc=text, **limits))
 
 
 @dataclass
@@ -413,6 +401,7 @@ class Config:
     logger: Logger
     lora: Lora
     distillation: Distillation = field(default_factory=Distillation)
+    offpolicy: Offpolicy = field(default_factory=Offpolicy)
     verl: dict = field(default_factory=dict)
     trl: dict = field(default_factory=dict)
 
@@ -437,6 +426,7 @@ SECTIONS: tuple[str, ...] = (
     "reward",
     "env",
     "distillation",
+    "offpolicy",
     "tools",
     "hardware",
     "logger",

@@ -8,7 +8,7 @@ from pathlib import Path
 from trainctl import paths
 
 # The groups a user chooses from on the command line (`algorithm=grpo`), in the order `config groups` lists them.
-GROUPS = ("algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora", "recipe")
+GROUPS = ("algorithm", "model", "data", "reward", "env", "tools", "hardware", "logger", "lora", "offpolicy", "recipe")
 
 GROUP_HELP = {
     "algorithm": "what to train, and which trainer runs it",
@@ -20,6 +20,7 @@ GROUP_HELP = {
     "hardware": "where it runs: devices, nodes, launcher, parallelism",
     "logger": "where metrics go",
     "lora": "LoRA adapters instead of full fine-tuning (QLoRA: a 4-bit base), for every algorithm",
+    "offpolicy": "off-policy RL (PPO family): generation ahead of training by a bounded number of policy versions",
     "recipe": "complete experiments: choose options of the groups above and set what differs",
 }
 
