@@ -25,6 +25,7 @@ from trainctl.checks import (
     learning_rate,
     lora,
     memory,
+    offpolicy,
     ppo,
     reward,
     sft,
@@ -236,6 +237,7 @@ def make_plan(
     plan.problems += lora.checks(s)  # the lora group (issue 14)
     plan.problems += learning_rate.checks(s)  # issue 44: a rate no pretrained model of its size survives
     plan.problems += tools.checks(s)  # issue 11
+    plan.problems += offpolicy.checks(s)  # issue 56: verl checks none of trainer.v1.* before the cluster is up
     if strict:
         plan.raise_for_errors()
     if not plan.errors:
