@@ -156,7 +156,7 @@ def _staleness(s: Subject) -> list[Problem]:
             )
         )
     ahead = s.value(f"{V1}.{VERL_MODES[op.mode]}.num_warmup_batches")
-    if isinstance(ahead, int | float) and ahead <= 0 and op.mode == "overlap":
+    if isinstance(ahead, int) and ahead <= 0 and op.mode == "overlap":
         problems.append(
             Problem(
                 f"offpolicy.prefetch_batches = {ahead} with offpolicy=overlap: nothing is generated ahead, so each "
@@ -166,15 +166,15 @@ def _staleness(s: Subject) -> list[Problem]:
                 hint="offpolicy.prefetch_batches=1, or offpolicy=off",
             )
         )
-    elif isinstance(ahead, int | float) and isinstance(threshold, int) and strategy == "drop" and ahead > threshold - 1:
+    elif isinstance(ahead, int) and isinstance(threshold, int) and strategy == "drop" and ahead > threshold - 1:
         problems.append(
             Problem(
-                f"offpolicy.prefetch_batches = {ahead:g} runs generation {ahead:g} steps ahead, past "
+                f"offpolicy.prefetch_batches = {ahead} runs generation {ahead} steps ahead, past "
                 f"offpolicy.max_staleness = {threshold - 1} with on_stale=drop: the prompts queued furthest ahead pass "
                 "the cap before their turn, and are dropped and generated again.",
                 key="offpolicy.prefetch_batches",
                 severity="warning",
-                hint=f"offpolicy.prefetch_batches={threshold - 1}, offpolicy.max_staleness={int(ahead + 0.999)}, or "
+                hint=f"offpolicy.prefetch_batches={threshold - 1}, offpolicy.max_staleness={ahead}, or "
                 "offpolicy.on_stale=wait",
             )
         )

@@ -64,7 +64,7 @@ def walk_verl(
     tree: dict, found: BackendSchemas, by_name: dict, report, defaults: dict | None, path: str = ""
 ) -> list[Issue]:
     """Issues in a verl config: dataclass nodes by their declaration, other leaves by verl's default's type."""
-    from trainctl.facts.verl import NODE_RANGES
+    from trainctl.facts.verl import NODE_RANGES, NULLABLE_KEYS
 
     issues: list[Issue] = []
     target = tree.get("_target_") if isinstance(tree, dict) else None
@@ -78,6 +78,8 @@ def walk_verl(
             issues += walk_verl(value, found, by_name, report, default if isinstance(default, dict) else None, p)
             continue
         if not report(p) or (isinstance(value, str) and (value == "???" or "${" in value)):
+            continue
+        if value is None and p in NULLABLE_KEYS:
             continue
         info = _inferred(default, NODE_RANGES.get(p))
         if info is None:

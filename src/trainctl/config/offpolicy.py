@@ -43,10 +43,11 @@ class Offpolicy:
         "(it is discarded and its prompt generated anew, which biases toward short responses)",
         "wait",
     )
-    prefetch_batches: float = opt(
+    # whole batches: verl takes fractions too, but trainctl's type check reads its YAML's default (1) as an integer
+    prefetch_batches: int = opt(
         "batches of prompts submitted ahead when training starts, beyond each step's own: how far generation runs "
-        "ahead, and so the staleness a sample settles at (verl's num_warmup_batches; fractions allowed)",
-        1.0,
+        "ahead, and so the staleness a sample settles at (verl's num_warmup_batches)",
+        1,
         ge=0,
     )
     correction: Literal["none", "tis", "icepop"] = opt(

@@ -242,3 +242,11 @@ NODE_RANGES: dict[str, dict[str, float]] = {
     "data.micro_batch_size_per_gpu": {"ge": 1},
     "data.max_length": {"ge": 1},
 }
+
+# Keys whose default is a number but which take null too (their YAML says what null means): the type check lets it by.
+NULLABLE_KEYS: frozenset[str] = frozenset(
+    {
+        # "null disables off-policy version control entirely" (trainer/config/ppo_trainer.yaml): offpolicy.max_staleness
+        "trainer.v1.sampler.max_off_policy_threshold",
+    }
+)
