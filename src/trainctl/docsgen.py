@@ -404,7 +404,7 @@ def _prometheus_families() -> list[tuple[str, str, tuple[str, ...]]]:
 def metrics_page() -> str:
     from trainctl.errors import EXIT_CODES
     from trainctl.runs.alerts import KINDS
-    from trainctl.runs.keys import KEY_METRICS, key_metrics
+    from trainctl.runs.keys import KEY_METRICS, KEY_PATTERNS, key_metrics
 
     direction = {True: "lower", False: "higher", None: ""}
     body = ["## Key metrics", ""]
@@ -431,6 +431,16 @@ def metrics_page() -> str:
             for m in key_metrics(family)
         ]
         body += _table(("shown as", "the trainer's metric", "better"), rows)
+    body += ["### Any family: one per name a run logs", ""]
+    body += [
+        "Metrics whose names carry a part of the run's own (an environment's tasks, a staleness) are key metrics as "
+        "a run logs them: `{}` is that part.",
+        "",
+    ]
+    body += _table(
+        ("shown as", "the names (regular expression)", "better"),
+        [(_cell(p.label), _code(p.pattern), direction[p.lower_is_better]) for p in KEY_PATTERNS],
+    )
     body += ["## Alerts", ""]
     body += [
         "Problems the live view and `trainctl serve` show as one line with a hint while a run trains "

@@ -136,3 +136,42 @@ def test_steps_that_arrive_together_are_timed_as_a_rate_not_as_poll_gaps():
     p.add_metrics([(s, {"train/loss": 0.6}) for s in range(2, 6)], now=11.0)
     p.add_metrics([(s, {"train/loss": 0.5}) for s in range(6, 10)], now=12.0)
     assert p.seconds_per_step() == 0.25 and p.eta() == 2.0
+
+
+def test_an_environments_tasks_and_the_staleness_distribution_are_key_metrics_as_they_are_logged():
+    from trainctl.runs.keys import key_metrics
+
+    p = Progress("ppo", total=4, started=0.0)
+    figures = {
+        "critic/score/mean": 0.1, "env/spell_backward/reward": 0.2, "env/spell_backward/level": 1,
+        "env/gcd/reward": 0.5, "offpolicy/staleness/0": 0.25, "offpolicy/staleness/10": 0.0,
+        "offpolicy/staleness/1": 0.75, "offpolicy/staleness_max": 1.0, "offpolicy/trainer_wait": 0.01,
+    }  # fmt: skip
+    p.add_metrics([(1, figures)], now=1)
+    labels = [s.label for s in p.shown()]
+    assert labels == [
+        "reward", "staleness", "trainer wait", "gcd reward", "spell_backward reward", "spell_backward level",
+        "staleness 0", "staleness 1", "staleness 10",
+    ]  # fmt: skip
+    assert [km.label for km in key_metrics("ppo")][-2:] == ["staleness", "trainer wait"]  # no run: no patterns
+
+
+def test_dropped_samples_and_a_trainer_that_waits_are_off_policy_alerts():
+    seen = []
+    p = Progress("ppo", total=20, started=0.0, on_alert=seen.append)
+    # overlap as measured: the first step waits (nothing was generated ahead), then about 1%
+    for step, wait in enumerate((0.43, 0.016, 0.015, 0.008), start=1):
+        p.add_metrics([(step, {"offpolicy/trainer_wait": wait, "training/off_policy/evicted_samples": 0})], now=step)
+    assert seen == []
+    for step in (5, 6, 7):
+        p.add_metrics([(step, {"offpolicy/trainer_wait": 0.45, "training/off_policy/evicted_samples": 0})], now=step)
+    (waits,) = seen
+    assert waits.kind == "trainer_wait" and "waited for its batch 45% of each step" in waits.message
+    assert "offpolicy.prefetch_batches=2" in waits.hint
+    p.add_metrics([(8, {"offpolicy/trainer_wait": 0.01, "training/off_policy/evicted_samples": 3})], now=8)
+    assert seen[-1].kind == "stale_drops" and seen[-1].message.startswith("3 samples were dropped as too stale")
+    assert "offpolicy.on_stale=wait" in seen[-1].hint
+    # a sync run logs evictions as 0 and no trainer wait: never an alert
+    q = Progress("ppo", total=20, started=0.0, on_alert=(sync := []).append)
+    q.add_metrics([(1, {"training/off_policy/evicted_samples": 2, "timing_s/gen": 1.0})], now=1)
+    assert sync == []

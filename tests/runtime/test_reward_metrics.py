@@ -23,5 +23,5 @@ def test_score_metrics_are_the_mean_and_spread_of_sequence_scores():
 def test_only_the_judge_adds_figures_per_step(monkeypatch):
     """reward=model has no hub to ask: its step adds nothing (and asks no Ray actor)."""
     monkeypatch.setattr(reward_metrics, "judge_metrics", lambda step: {"reward/judge/failures": float(step)})
-    assert reward_metrics.RewardMetrics("model").step_metrics(None, 3) == {}
-    assert reward_metrics.RewardMetrics("judge").step_metrics(None, 3) == {"reward/judge/failures": 3.0}
+    assert reward_metrics.RewardMetrics("model").step_metrics(None, 3, {}) == {}
+    assert reward_metrics.RewardMetrics("judge").step_metrics(None, 3, {}) == {"reward/judge/failures": 3.0}

@@ -123,6 +123,10 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
     if plan.cfg.family == "ppo" and plan.cfg.env.kind != "none":
         env["TRAINCTL_ENV"] = plan.cfg.env.kind  # per-task rewards and the curriculum (trainctl.runtime.env_metrics)
+    if plan.cfg.family == "ppo" and plan.cfg.offpolicy.mode != "off":
+        # the staleness distribution and the trainer's wait (trainctl.runtime.offpolicy_metrics)
+        cap = plan.cfg.offpolicy.max_staleness
+        env["TRAINCTL_OFFPOLICY"] = f"{plan.cfg.offpolicy.mode}:{'' if cap is None else cap}"
     metrics = run / "metrics" / (f"attempt-{attempt}.jsonl" if attempt else "attempt-N.jsonl")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics)
     env["TRAINCTL_METRICS_PATH"] = str(metrics)

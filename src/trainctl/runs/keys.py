@@ -3,6 +3,7 @@ writes them: train/..., eval/...)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -76,6 +77,10 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
         KeyMetric("value loss", ("critic/vf_loss",), True),
         # how far the rollout's token probabilities are from the trainer's (runs.alerts.ROLLOUT_GAP)
         KeyMetric("rollout gap", ("training/rollout_probs_diff_mean",), True),
+        # offpolicy=...: the most policy versions a sample lagged, and the share of the step the trainer waited for
+        # its batch (trainctl.runtime.offpolicy_metrics)
+        KeyMetric("staleness", ("offpolicy/staleness_max",), True),
+        KeyMetric("trainer wait", ("offpolicy/trainer_wait",), True),
     ),
 }
 
@@ -83,30 +88,49 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
 HEADLINE = {"ppo": KEY_METRICS["ppo"][0]}  # else the loss
 
 
-# an environment's (env=NAME: trainctl.runtime.env_metrics): each task's train reward and, with a curriculum, level
-ENV_METRICS = (("reward", False), ("level", False))
+@dataclass(frozen=True)
+class KeyPattern:
+    """Key metrics whose names carry a part of the run's own (a task, a staleness): one per name a run logs."""
+
+    kind: str
+    label: str  # {} is the part the pattern captures
+    pattern: str  # the names', the part its group
+    lower_is_better: bool | None = None
 
 
-def env_metrics(present: set[str] | dict) -> tuple[KeyMetric, ...]:
-    """The per-task metrics of a run with an environment, for the tasks it logged (none without one)."""
-    tasks = sorted({n.split("/")[1] for n in present if n.startswith("env/") and n.count("/") == 2})
-    return tuple(
-        KeyMetric(f"{task} {what}", (f"env/{task}/{what}",), better)
-        for task in tasks
-        for what, better in ENV_METRICS
-        if f"env/{task}/{what}" in present
-    )
+KEY_PATTERNS = (
+    # an environment's (env=NAME: trainctl.runtime.env_metrics): each task's train reward and, with a curriculum, level
+    KeyPattern("env", "{} reward", r"^env/([^/]+)/reward$", False),
+    KeyPattern("env", "{} level", r"^env/([^/]+)/level$", False),
+    # an off-policy run's (offpolicy=...: trainctl.runtime.offpolicy_metrics): the share of samples K versions behind
+    KeyPattern("staleness", "staleness {}", r"^offpolicy/staleness/(\d+)$"),
+)
 
 
-def env_patterns() -> list[dict[str, str]]:
-    """env_metrics as patterns (serve's run page charts a run's tasks as their metrics arrive): a label with {task},
-    and the regular expression of the names it labels (the task its group)."""
-    return [{"label": f"{{task}} {what}", "pattern": f"^env/([^/]+)/{what}$"} for what, _ in ENV_METRICS]
+def matched_metrics(present: set[str] | dict) -> tuple[KeyMetric, ...]:
+    """The key metrics of KEY_PATTERNS a run logged: each kind's together, by their part (a number as a number),
+    in the patterns' order."""
+    kinds = list(dict.fromkeys(p.kind for p in KEY_PATTERNS))
+    found = []
+    for i, p in enumerate(KEY_PATTERNS):
+        for name in present:
+            m = re.match(p.pattern, name)
+            if m:
+                part = m.group(1)
+                order = (kinds.index(p.kind), (0, int(part), "") if part.isdigit() else (1, 0, part), i)
+                found.append((order, KeyMetric(p.label.format(part), (name,), p.lower_is_better)))
+    return tuple(km for _, km in sorted(found, key=lambda f: f[0]))
+
+
+def key_patterns() -> list[dict[str, str]]:
+    """KEY_PATTERNS for serve's run page, which charts them as a run logs them: the label ({} the name's part) and
+    the regular expression of the names."""
+    return [{"label": p.label, "pattern": p.pattern} for p in KEY_PATTERNS]
 
 
 def key_metrics(family: str | None, present: set[str] | dict | None = None) -> tuple[KeyMetric, ...]:
-    """The family's key metrics; with the names a run logged (`present`), its environment's per-task ones too."""
-    return KEY_METRICS.get(family or "", (LOSS,)) + (env_metrics(present) if present else ())
+    """The family's key metrics; with the names a run logged (`present`), those of KEY_PATTERNS it logged too."""
+    return KEY_METRICS.get(family or "", (LOSS,)) + (matched_metrics(present) if present else ())
 
 
 def headline(family: str | None) -> KeyMetric:

@@ -110,6 +110,6 @@ class EnvMetrics:
             CURRICULUM.update(rewards)
             self.pending.update({f"env/{task}/level": level for task, level in CURRICULUM.levels.items()})
 
-    def step_metrics(self, batch, global_steps: int) -> dict[str, float]:
+    def step_metrics(self, batch, global_steps: int, metrics: dict) -> dict[str, float]:
         figures, self.pending = self.pending, {}
         return figures

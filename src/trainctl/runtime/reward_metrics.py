@@ -48,5 +48,5 @@ class RewardMetrics:
     def data_metrics(self, batch) -> dict[str, float]:
         return score_metrics(self.kind, batch)
 
-    def step_metrics(self, batch, global_steps: int) -> dict[str, float]:
+    def step_metrics(self, batch, global_steps: int, metrics: dict) -> dict[str, float]:
         return judge_metrics(global_steps) if self.kind == "judge" else {}

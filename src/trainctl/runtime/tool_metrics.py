@@ -103,7 +103,7 @@ class ToolMetrics:
         self.reader = CallReader(folder, skip_existing=True)
         self.pending: list[dict] = []  # the training step's calls, read before a validation ran
 
-    def step_metrics(self, batch, global_steps: int) -> dict[str, float]:
+    def step_metrics(self, batch, global_steps: int, metrics: dict) -> dict[str, float]:
         records = self.pending + self.reader.new_records()
         self.pending.clear()
         return call_metrics(records, _trajectories(batch))

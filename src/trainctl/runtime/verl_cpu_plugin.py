@@ -7,7 +7,8 @@ without the flash-attn package, it only lets verl's critic load with the attenti
 trainctl did not start is untouched, but for the reward metrics trainctl adds to the training log when
 TRAINCTL_REWARD_KIND is set (trainctl.runtime.reward_metrics) and the tool metrics when TRAINCTL_TOOL_CALLS is
 set (trainctl.runtime.tool_metrics), an environment's figures and curriculum when TRAINCTL_ENV is set
-(trainctl.runtime.env_metrics), with the trajectories' turns in the rollout dumps
+(trainctl.runtime.env_metrics) and an off-policy run's when TRAINCTL_OFFPOLICY is (trainctl.runtime.offpolicy_metrics),
+with the trajectories' turns in the rollout dumps
 (trainctl.runtime.trajectories).
 """
 
@@ -19,9 +20,10 @@ from trainctl.import_cost import skip_for_run as _skip_for_run
 
 _skip_for_run()
 
-if os.environ.get("TRAINCTL_REWARD_KIND") or os.environ.get("TRAINCTL_TOOL_CALLS") or os.environ.get("TRAINCTL_ENV"):
-    # reward, tool and environment metrics in the training log (trainctl.runtime.reward_metrics, .tool_metrics,
-    # .env_metrics, which moves an environment's curriculum too): GPU runs too
+_METRIC_SETS = ("TRAINCTL_REWARD_KIND", "TRAINCTL_TOOL_CALLS", "TRAINCTL_ENV", "TRAINCTL_OFFPOLICY")
+if any(os.environ.get(v) for v in _METRIC_SETS):
+    # reward, tool, environment and off-policy metrics in the training log (trainctl.runtime.reward_metrics,
+    # .tool_metrics, .env_metrics, which moves an environment's curriculum too, .offpolicy_metrics): GPU runs too
     from trainctl.runtime.verl_patches import apply_metrics as _apply_metrics
 
     _apply_metrics()

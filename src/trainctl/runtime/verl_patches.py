@@ -370,18 +370,19 @@ def _logprobs_from_logits(original):
 
 @functools.cache
 def metric_sets() -> tuple:
-    """The metric sets this process adds to the training log, as trainctl's launch environment asks
-    (TRAINCTL_REWARD_KIND, TRAINCTL_TOOL_CALLS, TRAINCTL_ENV); built once, when the trainer's module is patched: the
-    wrappers of one set share its state."""
+    """The metric sets this process adds to the training log, as trainctl's launch environment asks (each set's ENV:
+    TRAINCTL_REWARD_KIND, TRAINCTL_TOOL_CALLS, TRAINCTL_ENV, TRAINCTL_OFFPOLICY); built once, when the trainer's
+    module is patched: the wrappers of one set share its state."""
     return tuple(cls(os.environ[cls.ENV]) for cls in _metric_set_classes())
 
 
 def _metric_set_classes() -> list[type]:
     from trainctl.runtime.env_metrics import EnvMetrics
+    from trainctl.runtime.offpolicy_metrics import OffpolicyMetrics
     from trainctl.runtime.reward_metrics import RewardMetrics
     from trainctl.runtime.tool_metrics import ToolMetrics
 
-    return [cls for cls in (RewardMetrics, ToolMetrics, EnvMetrics) if os.environ.get(cls.ENV)]
+    return [cls for cls in (RewardMetrics, ToolMetrics, EnvMetrics, OffpolicyMetrics) if os.environ.get(cls.ENV)]
 
 
 def _sets_wrapping(func: str) -> list:
@@ -407,7 +408,7 @@ def _compute_metrics(original):
         result = original(self, batch, metrics, timing_raw, global_steps, epoch)
         for s in sets:
             try:
-                metrics.update(s.step_metrics(batch, global_steps))
+                metrics.update(s.step_metrics(batch, global_steps, metrics))
             except Exception as e:  # the figures are a report: their absence must not stop training
                 logger.warning("trainctl: no %s metrics for step %s: %s", s.name, global_steps, e)
         return result

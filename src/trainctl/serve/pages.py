@@ -76,9 +76,9 @@ def add_routes(app: FastAPI, store, secrets, config) -> None:
         e = found(key)
         if e is None:
             return missing(key)
-        from trainctl.runs.keys import env_patterns, key_metrics
+        from trainctl.runs.keys import key_metrics, key_patterns
 
-        keys = [{"label": km.label, "names": list(km.names)} for km in key_metrics(e.info.family)] + env_patterns()
+        keys = [{"label": km.label, "names": list(km.names)} for km in key_metrics(e.info.family)] + key_patterns()
         return page("run.html", e.info.name, run=e.row(), keys=keys)
 
     @app.get("/runs/{key}/checkpoints", include_in_schema=False)

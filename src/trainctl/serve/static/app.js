@@ -205,13 +205,13 @@ async function initRun() {
   }
   const charted = new Set();  // the key metrics with a chart, by label
   function addKeyCharts(present) {
-    // an environment's tasks (patterns: env/TASK/reward, ...): each task's charts together, tasks by name
+    // names with a part of the run's own (an environment's tasks: env/TASK/reward, ...): each part's charts together
     const patterns = keys.filter((k) => k.pattern);
     const found = [];
     for (const n of present) {
       patterns.forEach((k, i) => {
         const m = n.match(new RegExp(k.pattern));
-        if (m) found.push([m[1], i, n, k.label.replace("{task}", m[1])]);
+        if (m) found.push([m[1], i, n, k.label.replace("{}", m[1])]);
       });
     }
     found.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
