@@ -186,6 +186,31 @@ def test_cancelled_requests_leave_and_the_others_go_on_as_alone(model):
         assert done[i].token_ids == one_at_a_time(model, prompts[i], 12)[0]
 
 
+def test_abort_stops_every_request_with_its_tokens_so_far(model):
+    """vLLM's abort, as the rollout server's abort_all_requests uses it between steps: every request, running or
+    still waiting, comes back with what it has (tokens and their log-probs, finish_reason "abort"); none is left."""
+    prompts = _prompts(3, seed=4)
+    sampler = BatchSampler(model, [EOS], max_batch_size=2)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        sampler.add(p, greedy, key=i)
+    for _ in range(3):
+        assert not sampler.step()
+    stopped = dict(sampler.abort())
+    assert not sampler.busy and sorted(stopped) == [0, 1, 2]
+    assert {c.finish_reason for c in stopped.values()} == {"abort"}
+    assert stopped[2].token_ids == [] and stopped[2].log_probs == [], "still waiting: nothing sampled"
+    for i in (0, 1):
+        tokens, logps = one_at_a_time(model, prompts[i], 4)
+        assert stopped[i].token_ids == tokens
+        assert stopped[i].log_probs == pytest.approx(logps, abs=1e-4)
+    sampler.add(prompts[0], greedy, key=7)  # the sampler takes new requests after an abort
+    done = {}
+    while sampler.busy:
+        done.update(sampler.step())
+    assert done[7].token_ids == one_at_a_time(model, prompts[0], 12)[0]
+
+
 def test_eos_stops_unless_ignored_and_repetition_penalty(model):
     prompt = _prompts(1, seed=2)[0]
     tokens, _ = one_at_a_time(model, prompt, 10)

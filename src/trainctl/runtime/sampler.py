@@ -120,7 +120,8 @@ class PromptLogprobs:
 @dataclass
 class Completion:
     """A finished request. finish_reason is vLLM's: "stop" (an EOS or stop token, or a stop string; the token
-    that stopped it is included) or "length" (max_tokens reached); stop_reason is the stop token id or string.
+    that stopped it is included), "length" (max_tokens reached) or "abort" (BatchSampler.abort: the tokens so far);
+    stop_reason is the stop token id or string.
     top_logprobs (per sampled token) and prompt_logprobs are there when the request asked for them."""
 
     token_ids: list[int]
@@ -212,6 +213,16 @@ class BatchSampler:
             return False
         self._drop(keep)
         return True
+
+    def abort(self) -> list[tuple[Any, Completion]]:
+        """Stop every request, running or waiting, and forget it (vLLM's abort; call between steps): each one's
+        tokens so far with their log-probs, finish_reason "abort" (none yet for a request still waiting)."""
+        stopped = [
+            (r.key, Completion(r.out, r.logps, "abort", top_logprobs=r.tops, prompt_logprobs=r.prompt_logprobs))
+            for r in [*self.rows, *self.waiting]
+        ]
+        self.reset()
+        return stopped
 
     def partial(self) -> list[tuple[Any, list[int]]]:
         """(key, tokens sampled so far) of every running request: what a streaming caller sends between steps."""
