@@ -4,6 +4,7 @@ them (the PPO-family runs in tests/launch/test_ppo.py drive it through verl itse
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -109,6 +110,113 @@ def test_concurrent_requests_are_sampled_as_one_batch(server):
         assert together[i].token_ids == alone[i].token_ids
         assert together[i].log_probs == pytest.approx(alone[i].log_probs, abs=1e-4)
     assert 1 <= len(together[3].token_ids) <= 12 and len(together[3].log_probs) == len(together[3].token_ids)
+
+
+# a greedy request that runs its whole budget (response_length 12): an abort or a new version lands inside it
+LONG = {"temperature": 0.0, "logprobs": True, "ignore_eos": True}
+
+
+def _hold_after(server, steps: int) -> tuple[threading.Event, threading.Event]:
+    """Hold the server's sampling thread once its sampler has made `steps` decode steps, until released: the test
+    acts between two steps, where verl's calls land."""
+    reached, release = threading.Event(), threading.Event()
+    step = server._step
+
+    def held():
+        finished = step()
+        if server.sampler.steps == steps:
+            reached.set()
+            release.wait(30)
+        return finished
+
+    server._step = held
+    return reached, release
+
+
+def _start(server, prompt, request_id="r", **params):
+    call = server.generate(prompt_ids=prompt, sampling_params={**LONG, **params}, request_id=request_id)
+    return asyncio.create_task(call)
+
+
+def test_a_request_reports_the_weight_version_it_started_under(server):
+    """verl's staleness and span figures read a sample's versions from its answer: the one it started under
+    (global_steps, as verl's async client reads it per attempt) and the first and last it got tokens under."""
+
+    async def run():
+        await server.set_global_steps(3)
+        reached, release = _hold_after(server, 3)
+        task = _start(server, PROMPT)
+        await asyncio.to_thread(reached.wait, 30)
+        await server.set_global_steps(4)  # new weights between two of its steps
+        release.set()
+        return await task
+
+    out = asyncio.run(run())
+    assert len(out.token_ids) == 12 and out.stop_reason == "completed"
+    fields = out.extra_fields
+    assert fields["global_steps"] == 3, "the version it started under, not the one it finished under"
+    assert (fields["min_global_steps"], fields["max_global_steps"]) == (3, 4)
+    # the adapter sends the version with the weights: both change between the same two steps
+    server.update_weights(dict(server.model.state_dict()), global_steps=5)
+    assert server.global_steps == 5 and _generate(server, PROMPT).extra_fields["global_steps"] == 5
+
+
+def test_an_aborted_request_returns_its_tokens_so_far_and_resumes(server):
+    """verl's partial rollout (colocate_async): abort_all_requests stops the request between two sampling steps, it
+    answers "aborted" with its tokens and their log-probs; verl's client sends prompt + those tokens back, held
+    until resume_generation, and the two parts make what the request would have made uninterrupted."""
+    whole = _generate(server, PROMPT, ignore_eos=True)
+    assert len(whole.token_ids) == 12
+
+    async def run():
+        await server.set_global_steps(1)
+        reached, release = _hold_after(server, server.sampler.steps + 3)
+        task = _start(server, PROMPT)
+        await asyncio.to_thread(reached.wait, 30)
+        abort = asyncio.create_task(server.abort_all_requests())
+        await asyncio.sleep(0)  # the abort is asked for while a step runs, and carried out after it
+        release.set()
+        partial, aborted = await task, await abort
+        assert aborted == {"aborted_count": 1, "request_ids": ["r"]}
+        rest = _start(server, PROMPT + partial.token_ids, max_tokens=12 - len(partial.token_ids))
+        await asyncio.sleep(0.2)
+        assert not rest.done(), "held behind the closed gate"
+        server.update_weights(dict(server.model.state_dict()), global_steps=2)
+        await server.resume_generation()
+        return partial, await rest
+
+    partial, rest = asyncio.run(run())
+    n = len(partial.token_ids)
+    assert partial.stop_reason == "aborted" and 1 <= n < 12
+    assert partial.token_ids == whole.token_ids[:n]
+    assert partial.log_probs == pytest.approx(whole.log_probs[:n], abs=1e-4)
+    assert rest.stop_reason == "completed"
+    assert partial.token_ids + rest.token_ids == whole.token_ids
+    assert partial.log_probs + rest.log_probs == pytest.approx(whole.log_probs, abs=1e-4)
+    assert partial.extra_fields["global_steps"] == 1 and rest.extra_fields["global_steps"] == 2
+
+
+def test_a_closed_gate_refuses_with_reject_request_and_an_idle_abort_is_empty(server):
+    async def run():
+        assert await server.abort_all_requests(reject_request=True) == {"aborted_count": 0, "request_ids": []}
+        refused = await server.generate(prompt_ids=PROMPT, sampling_params=dict(LONG), request_id="late")
+        await server.resume_generation()
+        return refused, await _start(server, PROMPT)
+
+    refused, served = asyncio.run(run())
+    assert refused.stop_reason == "aborted" and refused.token_ids == []
+    assert served.stop_reason == "completed" and len(served.token_ids) == 12
+
+
+def test_a_sync_request_is_answered_as_before(server):
+    """verl's sync trainer never aborts: an answer is whole, "completed", under the one version verl set (none
+    before it sets one), and the same tokens whatever the version says."""
+    plain = _generate(server, PROMPT)
+    assert plain.stop_reason == "completed" and plain.extra_fields == {}
+    asyncio.run(server.set_global_steps(2))
+    tagged = _generate(server, PROMPT)
+    assert tagged.token_ids == plain.token_ids and tagged.log_probs == plain.log_probs
+    assert tagged.extra_fields == {"global_steps": 2, "min_global_steps": 2, "max_global_steps": 2}
 
 
 def _lora_actor(tiny_model_dir, scale: float):

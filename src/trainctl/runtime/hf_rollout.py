@@ -11,7 +11,13 @@ the same contract with a transformers model inside a Ray actor:
     actor's weights after every policy update (verl's `naive` checkpoint engine) and ships them to its server;
     with LoRA (`lora=r8`) verl sends the base weights once and the adapters after each update, which the server folds
     into its weights (PEFT's merge), so it samples from base + adapter.
-Sleep, wake-up and KV-cache calls are no-ops: there is no accelerator memory to give back.
+Sleep, wake-up and KV-cache calls are no-ops: there is no accelerator memory to give back. Abort and resume are
+vLLM's, which verl's async trainer modes (offpolicy=overlap: colocate_async) rely on for partial rollout:
+abort_all_requests stops every request after the current sampling step and returns its tokens so far (with their
+log-probs, stop_reason "aborted"), and holds new requests until resume_generation; verl's client sends the prompt and
+those tokens back as a new request. Each answer carries the weight version (verl's global steps) it was sampled
+under, read at every sampling step: `global_steps` the version it started under, `min_global_steps` /
+`max_global_steps` the first and last, from which verl computes its staleness and span figures.
 
 The same server is an on-policy distillation teacher (algorithm=distill: verl's teacher loop starts it with
 `is_teacher_model`): a request with `prompt_logprobs` in its sampling params is scored, not sampled: one forward
@@ -78,9 +84,17 @@ class HFRolloutServer:
         )
         # the model is used by the sampler's thread and replaced by update_weights: never both at once
         self._model_lock = threading.Lock()
-        self._incoming: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
-        self._waiters: dict[int, asyncio.Future] = {}
+        self._incoming: list[tuple[str, list[int], SamplingParams, asyncio.Future]] = []
+        self._waiters: dict[int, tuple[str, asyncio.Future]] = {}  # sampler key -> request id, its caller's future
+        # sampler key -> [first, last] weight version (global steps) the request got a token under
+        self._versions: dict[int, list[int | None]] = {}
         self._scheduler: asyncio.Task | None = None
+        # vLLM's gate: closed by abort_all_requests, opened by resume_generation; requests wait behind it (or are
+        # refused with reject_request)
+        self._paused = False
+        self._rejecting = False
+        self._parked: list[asyncio.Future] = []
+        self._abort: asyncio.Future | None = None  # an abort the scheduler carries out after its current step
         self.tokens_generated = 0
         self.seconds = 0.0
 
@@ -118,48 +132,65 @@ class HFRolloutServer:
         max_tokens = self._max_tokens(len(prompt_ids), params)
         want_log_probs = params.pop("logprobs", None) not in (None, False)
         request = SamplingParams.from_request(params, max_tokens)
-        done = asyncio.get_running_loop().create_future()
-        self._incoming.append((prompt_ids, request, done))
+        loop = asyncio.get_running_loop()
+        while self._paused:  # vLLM's gate: held until resume_generation, or refused
+            if self._rejecting:
+                return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields=self._steps())
+            self._parked.append(loop.create_future())
+            await self._parked[-1]
+        done = loop.create_future()
+        self._incoming.append((request_id, prompt_ids, request, done))
         if self._scheduler is None:
             self._scheduler = asyncio.create_task(self._schedule())
-        completion: Completion = await done
-        extra = {"global_steps": self.global_steps} if self.global_steps is not None else {}
+        completion, first, last = await done
         return TokenOutput(
             token_ids=completion.token_ids,
             log_probs=completion.log_probs if want_log_probs else None,
             # verl tells finished ("completed") from "aborted"; vLLM's stop and length stops are both finished
-            stop_reason="completed",
-            extra_fields=extra,
+            stop_reason="aborted" if completion.finish_reason == "abort" else "completed",
+            extra_fields=self._steps(first, last),
         )
+
+    def _steps(self, first: int | None = None, last: int | None = None) -> dict:
+        """The weight versions of an answer, as verl's tags want them: the one it started under as `global_steps`
+        (vLLM's: verl's async client reads this one per attempt), and its first and last; none before verl set one."""
+        first = self.global_steps if first is None else first
+        last = first if last is None else last
+        if first is None:
+            return {}
+        return {"global_steps": first, "min_global_steps": first, "max_global_steps": last}
 
     async def _schedule(self) -> None:
         """Run the batch while it has work; requests that arrived during a step join before the next one."""
         started, tokens, steps, requests = time.perf_counter(), self.tokens_generated, self.sampler.steps, 0
         try:
             while self._incoming or self.sampler.busy:
+                if self._abort is not None:
+                    self._abort_in_flight()
+                    break
                 requests += len(self._incoming)
-                for prompt_ids, request, done in self._incoming:
-                    self._waiters[self.sampler.add(prompt_ids, request)] = done
+                for request_id, prompt_ids, request, done in self._incoming:
+                    self._waiters[self.sampler.add(prompt_ids, request)] = (request_id, done)
                 self._incoming.clear()
                 start = time.perf_counter()
                 finished = await asyncio.to_thread(self._step)
                 self.seconds += time.perf_counter() - start
                 for key, completion in finished:
-                    self.tokens_generated += len(completion.token_ids)
-                    done = self._waiters.pop(key)
-                    if not done.done():  # its caller may have been cancelled
-                        done.set_result(completion)
+                    self._answer(key, completion)
         except BaseException as err:  # a failed step fails every request in it, not the server
-            for done in [*self._waiters.values(), *(d for _, _, d in self._incoming)]:
+            for done in [*(d for _, d in self._waiters.values()), *(d for *_, d in self._incoming)]:
                 if not done.done():
                     done.set_exception(err)
             self._waiters.clear()
             self._incoming.clear()
+            self._versions.clear()
             self.sampler.reset()
             if not isinstance(err, Exception):
                 raise
         finally:
             self._scheduler = None
+            if self._abort is not None:  # nothing (left) to abort
+                self._abort_in_flight()
             logger.debug(
                 "hf rollout: %d requests, %d tokens in %.3fs (%d decode steps, up to %d requests at once)",
                 requests,
@@ -168,6 +199,28 @@ class HFRolloutServer:
                 self.sampler.steps - steps,
                 self.sampler.largest_batch,
             )
+
+    def _answer(self, key: int, completion: Completion) -> str:
+        """Hand a finished (or aborted) request's completion and weight versions to its caller; its request id."""
+        self.tokens_generated += len(completion.token_ids)
+        request_id, done = self._waiters.pop(key)
+        first, last = self._versions.pop(key, (None, None))
+        if not done.done():  # its caller may have been cancelled
+            done.set_result((completion, first, last))
+        return request_id
+
+    def _abort_in_flight(self) -> None:
+        """Between two steps: stop every request, each answered with its tokens so far (none for one that has not
+        joined the batch yet), and tell abort_all_requests which."""
+        ids = [self._answer(key, completion) for key, completion in self.sampler.abort()]
+        for request_id, _, _, done in self._incoming:
+            if not done.done():
+                done.set_result((Completion([], [], "abort"), None, None))
+            ids.append(request_id)
+        self._incoming.clear()
+        aborted, self._abort = self._abort, None
+        if aborted is not None and not aborted.done():
+            aborted.set_result(ids)
 
     def _prompt_logprobs(self, ids: list[int], k: int) -> dict:
         """What vLLM returns for `prompt_logprobs=k` (verl's extract_prompt_logprobs): for each position but the
@@ -192,18 +245,28 @@ class HFRolloutServer:
 
     def _step(self) -> list[tuple[Any, Completion]]:
         with self._model_lock:
-            return self.sampler.step()
+            finished = self.sampler.step()
+            # the weights (and their version) change only under this lock: every token of this step is of this one
+            version = self.global_steps
+            for key in [*(key for key, _ in self.sampler.partial()), *(key for key, _ in finished)]:
+                self._versions.setdefault(key, [version, version])[1] = version
+            return finished
 
     def update_weights(
-        self, state: dict[str, torch.Tensor], peft_config: dict | None = None, base_sync_done: bool = False
+        self,
+        state: dict[str, torch.Tensor],
+        peft_config: dict | None = None,
+        base_sync_done: bool = False,
+        global_steps: int | None = None,
     ) -> int:
         """Load the actor's weights; returns how many tensors were taken (all of the model's, or an error).
+        global_steps, when given, becomes their version in the same step boundary (set_global_steps' value).
 
         With LoRA (verl sends a peft_config), the first sync may carry the base weights (base_sync_done=False, names
         as in the model, `.base_layer` on adapted layers) and every sync after an update carries the adapters alone
         (PEFT's names): they are folded into the weights the sampler uses, base + B @ A x alpha / r."""
         if peft_config is not None:
-            return self._update_lora(state, peft_config, base_sync_done)
+            return self._update_lora(state, peft_config, base_sync_done, global_steps)
         own = self.model.state_dict()
         missing = [k for k in own if k not in state and not self._tied(k)]
         unknown = [k for k in state if k not in own]
@@ -213,10 +276,17 @@ class HFRolloutServer:
             )
         with self._model_lock:  # between two sampling steps
             self.model.load_state_dict(state, strict=False)
-        self.weight_version += 1
+            self._new_version(global_steps)
         return len(state)
 
-    def _update_lora(self, state: dict[str, torch.Tensor], peft_config: dict, base_sync_done: bool) -> int:
+    def _new_version(self, global_steps: int | None) -> None:
+        self.weight_version += 1
+        if global_steps is not None:
+            self.global_steps = global_steps
+
+    def _update_lora(
+        self, state: dict[str, torch.Tensor], peft_config: dict, base_sync_done: bool, global_steps: int | None
+    ) -> int:
         # PEFT does the LoRA arithmetic: the adapters are injected once (in place: the sampler's model object is
         # unchanged), then each sync unmerges the old adapters, loads the new ones and merges them, so sampling runs
         # on plain merged weights at full-fine-tuning speed
@@ -237,7 +307,7 @@ class HFRolloutServer:
                     self._load_base(peft_model, state)
             finally:
                 peft_model.merge_adapter()
-        self.weight_version += 1
+            self._new_version(global_steps)
         return len(state)
 
     def _peft_model(self, peft_config: dict):
@@ -299,11 +369,26 @@ class HFRolloutServer:
     async def resume_kv_cache(self, *args, **kwargs):
         return None
 
-    async def abort_all_requests(self, *args, **kwargs):
-        return None
+    # --- vLLM's pause and resume (verl's partial rollout) ---
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
+        """Close the gate (new requests wait for resume_generation, or with reject_request are answered "aborted"
+        at once), then stop every request in flight after the current sampling step; each returns its tokens so far
+        with stop_reason "aborted". Returns vLLM's answer: how many, and their request ids."""
+        self._paused, self._rejecting = True, bool(reject_request)
+        if self._scheduler is None:
+            return {"aborted_count": 0, "request_ids": []}
+        if self._abort is None:
+            self._abort = asyncio.get_running_loop().create_future()
+        ids = await asyncio.shield(self._abort)
+        return {"aborted_count": len(ids), "request_ids": ids}
 
     async def resume_generation(self, *args, **kwargs):
-        return None
+        """Open the gate: the requests held behind it join the batch."""
+        self._paused = self._rejecting = False
+        parked, self._parked = self._parked, []
+        for waiter in parked:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def start_profile(self, *args, **kwargs):
         return None
@@ -312,6 +397,7 @@ class HFRolloutServer:
         return None
 
     async def set_global_steps(self, global_steps: int):
+        """The weights' version (HFServerAdapter passes it with the weights instead, so both change together)."""
         self.global_steps = global_steps
 
 
@@ -393,10 +479,9 @@ def _adapter_class():
                     tensor = tensor.full_tensor()
                 if self.leads:
                     state[name] = tensor.detach().to("cpu", copy=True)
-            if self.leads:
-                await self._server().update_weights.remote(state, peft_config, bool(kw.get("base_sync_done")))
-                if global_steps is not None:
-                    await self._server().set_global_steps.remote(global_steps)
+            if self.leads:  # the version changes with the weights, between the same two sampling steps
+                base_sync_done = bool(kw.get("base_sync_done"))
+                await self._server().update_weights.remote(state, peft_config, base_sync_done, global_steps)
 
         def generate_sequences(self, prompts):
             raise NotImplementedError("the hf rollout is a server: verl's agent loop calls it")
