@@ -97,6 +97,7 @@ class HFRolloutServer:
         self._abort: asyncio.Future | None = None  # an abort the scheduler carries out after its current step
         self.tokens_generated = 0
         self.seconds = 0.0
+        self.aborted = 0  # requests stopped by abort_all_requests
 
     def _max_tokens(self, prompt_len: int, params: dict) -> int:
         limit = self.config.response_length
@@ -212,7 +213,15 @@ class HFRolloutServer:
     def _abort_in_flight(self) -> None:
         """Between two steps: stop every request, each answered with its tokens so far (none for one that has not
         joined the batch yet), and tell abort_all_requests which."""
-        ids = [self._answer(key, completion) for key, completion in self.sampler.abort()]
+        stopped = self.sampler.abort()
+        self.aborted += len(stopped) + len(self._incoming)
+        logger.info(
+            "hf rollout: aborted %d requests (%d tokens sampled so far), %d not started",
+            len(stopped),
+            sum(len(c.token_ids) for _, c in stopped),
+            len(self._incoming),
+        )
+        ids = [self._answer(key, completion) for key, completion in stopped]
         for request_id, _, _, done in self._incoming:
             if not done.done():
                 done.set_result((Completion([], [], "abort"), None, None))
@@ -351,6 +360,7 @@ class HFRolloutServer:
             "weight_version": self.weight_version,
             "decode_steps": self.sampler.steps,
             "largest_batch": self.sampler.largest_batch,
+            "aborted": self.aborted,
         }
 
     # --- what verl's replica and checkpoint manager call; nothing to do without accelerator memory ---
