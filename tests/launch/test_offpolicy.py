@@ -42,9 +42,13 @@ def test_overlap_learns_as_sync_does_with_its_staleness_within_the_cap_at_every_
         assert row["offpolicy/staleness_max"] == row["training/off_policy/trajectory_staleness_worst/max"]
         # the correction (tis) is on: its weights are computed against the rollout's log-probs
         assert "rollout_corr/rollout_is_mean" in row and row["rollout_corr/rollout_is_max"] <= 2.0 + 1e-6, step
-    # the first step trains on the batch submitted with it; the prefetched ones are a step behind after that, and the
-    # trainer no longer waits for them
-    assert metrics[1]["offpolicy/staleness/0"] == 1.0
-    assert all(metrics[s]["offpolicy/staleness/1"] == 1.0 for s in range(2, GRPO_STEPS + 1))
-    assert max(metrics[s]["offpolicy/trainer_wait"] for s in range(2, GRPO_STEPS + 1)) < 0.3
+        # a sample spans the versions it was sampled under: more than one only if aborted and resumed across a sync
+        assert 1 <= row["training/off_policy/trajectory_spans/max"] <= CAP + 1, (step, row)
+    # the first step trains on the batch submitted with it, the second on the prefetched one, sampled meanwhile on the
+    # first weights. After that the rollout pauses while the trainer trains (verl's abort, which the `hf` rollout
+    # honours): a batch whose requests arrived behind an abort is sampled on the new weights (0 behind), one sampled
+    # before it a step behind; measured, the steps alternate 0, 1, 0, 1 (the tiny recipe's requests all finish
+    # together: none is in flight at an abort, so spans read 1)
+    assert metrics[1]["offpolicy/staleness/0"] == 1.0 and metrics[2]["offpolicy/staleness/1"] == 1.0
+    assert any(metrics[s]["offpolicy/staleness/0"] == 1.0 for s in range(3, GRPO_STEPS + 1))
     assert_learned(run.path, "critic/score/mean", GRPO_REWARD_GAIN, window=3)
