@@ -104,5 +104,7 @@ def _prompts(cfg) -> str:
     """Where the run's prompts come from: the data option, or the environment and its tasks."""
     if cfg.env.kind == "none":
         return f"data={cfg.data.name}"
+    if cfg.env.kind == "verifiers":
+        return f"env={cfg.env.name} ({cfg.env.id})"
     names = [t if isinstance(t, str) else t.get("name") for t in cfg.env.tasks]
     return f"env={cfg.env.name} ({', '.join(map(str, names))})" if names else f"env={cfg.env.name}"

@@ -162,7 +162,10 @@ class Env:
     and reward options (env=NAME chooses data=env and reward=env for the run; trainctl.envs)."""
 
     name: str = doc("the environment option's name (env=NAME)")
-    kind: str = doc("none (the data and reward options score the run), or reasoning_gym (its procedural tasks)")
+    kind: str = doc(
+        "none (the data and reward options score the run), reasoning_gym (its procedural tasks), or verifiers (a "
+        "single-turn verifiers taskset, run in verifiers' own interpreter: `trainctl env install verifiers`)"
+    )
     tasks: list[Any] = opt(
         "reasoning_gym: the tasks, each a generator name (spell_backward) or {name, weight, settings}: its share of "
         "the rows (weights are relative) and its generator's settings (difficulty: `trainctl env show NAME`)",
@@ -180,6 +183,15 @@ class Env:
     max_prompt_length: int = opt("token budget of a generated prompt (data=env's)", 256, ge=1)
     max_response_length: int = opt("token budget of a response (data=env's)", 64, ge=1)
     curriculum: Curriculum = opt("raise (or lower) each task's difficulty with its reward", Curriculum)
+    id: str | None = opt(
+        "verifiers: the taskset's module (importable in verifiers' interpreter, exporting one Taskset via __all__)"
+    )
+    args: dict[str, Any] = opt("verifiers: the taskset's config fields (its TasksetConfig), e.g. {size: 100}", {})
+    path: list[str] = opt(
+        "verifiers: folders on the PYTHONPATH of verifiers' interpreter, where env.id's module is (relative to the "
+        "working directory)",
+        [],
+    )
 
 
 @dataclass

@@ -6,6 +6,8 @@ and a reward option. A kind is one module here with the same four functions, reg
   tasks()                    the names the kind offers (`trainctl env ls`)
   describe(task, n, seed)    a task's settings and n generated examples, scored (`trainctl env show`)
 
+and optionally current(env, folder) (whether rows written earlier still hold) and status() (`trainctl env ls`'s line).
+
 prepare() writes a config's rows into data.dir (a folder per setting of the environment: trainctl.config.compose),
 all or none, once: the next plan with the same settings finds them there; with them, the environment's settings (SPEC),
 from which a run's curriculum (trainctl.runtime.curriculum) generates its tasks at their next levels.
@@ -27,7 +29,7 @@ from omegaconf import OmegaConf
 from trainctl.errors import ConfigProblems, Problem
 
 # kind -> the module that implements it
-KINDS = {"reasoning_gym": "trainctl.envs.reasoning_gym"}
+KINDS = {"reasoning_gym": "trainctl.envs.reasoning_gym", "verifiers": "trainctl.envs.verifiers"}
 SPLITS = {"train": "train_files", "test": "val_files"}
 # the environment's settings, written beside its train rows (trainctl.runtime.curriculum reads them in the trainer)
 SPEC = "env.json"
@@ -38,8 +40,11 @@ def kind_module(kind: str) -> ModuleType:
 
 
 def prepared(cfg: Any) -> bool:
-    """Whether the environment's rows are where data=env reads them."""
-    return all(Path(getattr(cfg.data, key)).is_file() for key in SPLITS.values())
+    """Whether the environment's rows are where data=env reads them (and, for a kind that can tell, still hold)."""
+    if not all(Path(getattr(cfg.data, key)).is_file() for key in SPLITS.values()):
+        return False
+    current = getattr(kind_module(cfg.env.kind), "current", None) if cfg.env.kind in KINDS else None
+    return current is None or current(cfg.env, Path(cfg.data.dir))
 
 
 def prepare(cfg: Any) -> Path | None:
