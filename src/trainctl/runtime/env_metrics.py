@@ -6,6 +6,8 @@ checkpoint) and `_compute_metrics`, and asks EnvMetrics, each step, for
 
   env/TASK/reward     the mean train reward of the task's responses in the step's batch
   env/TASK/level      with env.curriculum on: the task's level after the step (the next step's prompts are at it)
+  env/TASK/rewards/NAME   env=verifiers: the mean of each of the taskset's rewards (its own score, unweighted), as
+                      its scorer returned them beside the total (trainctl.runtime.rewards.verifiers)
 
 Levels is the curriculum's rule; the dataset that holds it (trainctl.runtime.curriculum.CurriculumDataset, in the
 same process) registers it here, and the step moves it before verl saves the step's checkpoint, so the level a
@@ -91,6 +93,29 @@ def task_rewards(batch) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
+def reward_parts(batch) -> dict[str, float]:
+    """The mean of each reward the scorer returned beside the total (its `rewards/NAME` keys, which verl keeps in each
+    response's extra_fields.reward_extra_info), per task: env/TASK/rewards/NAME."""
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["data_source", "extra_fields"]
+    )
+    sources = list(data["data_source"].tolist() if hasattr(data["data_source"], "tolist") else data["data_source"])
+    extras = list(data["extra_fields"].tolist() if hasattr(data["extra_fields"], "tolist") else data["extra_fields"])
+    parts: dict[str, list[float]] = defaultdict(list)
+    for tag, source, extra in zip(batch.tags, sources, extras, strict=True):
+        extra = getattr(extra, "data", extra)
+        info = extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+        if tag.get("is_padding", False):
+            continue
+        task = str(source).rsplit("/", 1)[-1]
+        for key, value in info.items():
+            if key.startswith("rewards/") and value is not None:
+                parts[f"env/{task}/{key}"].append(float(value))
+    return {name: sum(v) / len(v) for name, v in parts.items()}
+
+
 class EnvMetrics:
     """The environment's set of figures trainctl.runtime.verl_patches adds to the training log."""
 
@@ -106,6 +131,8 @@ class EnvMetrics:
     def after_step(self, batch, global_steps: int) -> None:
         rewards = task_rewards(batch)
         self.pending = {f"env/{task}/reward": value for task, value in rewards.items()}
+        if self.kind == "verifiers":
+            self.pending.update(reward_parts(batch))
         if CURRICULUM is not None:
             CURRICULUM.update(rewards)
             self.pending.update({f"env/{task}/level": level for task, level in CURRICULUM.levels.items()})
