@@ -49,8 +49,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	@touch $(STAMP)
 
+# verifiers (env=verifiers) in an interpreter of its own, .venv-verifiers, made by trainctl itself: verifiers 0.4.0 pins
+# mcp==2.0.0 and openai<3, which trainctl's (mcp>=2.3) cannot share. Made once (about a minute; order-only, so a
+# reinstalled .venv does not remake it); the tests find it through TRAINCTL_VERIFIERS_VENV (tests/envs/conftest.py).
+# Where it cannot be made (no network), the install says so and goes on, and the tests that need it skip, saying why.
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.trainctl-ready
+
+$(VERIFIERS_STAMP): | $(STAMP)
+	$(BIN)/trainctl env install verifiers --path $(VERIFIERS_VENV) \
+		|| echo "verifiers' interpreter could not be made at $(VERIFIERS_VENV): the env=verifiers tests skip"
+
 .PHONY: install
-install: $(STAMP) ## create .venv and install trainctl (editable, with test extras)
+install: $(STAMP) $(VERIFIERS_STAMP) ## create .venv (trainctl, editable, with test extras) and verifiers' interpreter
 
 .PHONY: demo
 demo: $(STAMP) ## train the embedded default on CPU: tiny model + arith data, SFT (about a minute)
@@ -59,7 +70,7 @@ demo: $(STAMP) ## train the embedded default on CPU: tiny model + arith data, SF
 	$(BIN)/trainctl train recipe=quickstart run.name=quickstart-$$(date +%Y%m%d-%H%M%S)
 
 .PHONY: test
-test: $(STAMP) browser slurm ## run the test suite (no GPU needed; slow and gpu tests are skipped)
+test: $(STAMP) $(VERIFIERS_STAMP) browser slurm ## run the test suite (no GPU needed; slow and gpu tests are skipped)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The browser tests (tests/serve/test_browser.py) drive Debian's chromium with Playwright, never a downloaded build
@@ -91,13 +102,13 @@ slurm: ## install Debian's Slurm and munge for the Slurm tests (root with apt-ge
 	fi
 
 .PHONY: test-slow
-test-slow: $(STAMP) browser slurm ## run the slow tests too (the whole suite but the GPU tests)
+test-slow: $(STAMP) $(VERIFIERS_STAMP) browser slurm ## run the slow tests too (the whole suite but the GPU tests)
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 # The slow tests alone: the trainings `make test` leaves out to stay short (Ray jobs, the reward-model and
 # judge runs, resumes, faults, every PPO-family algorithm, the docs' trainings for real). CI runs `make test` alone.
 .PHONY: test-slow-only
-test-slow-only: $(STAMP) browser slurm ## run only the slow tests (what `make test` leaves out)
+test-slow-only: $(STAMP) $(VERIFIERS_STAMP) browser slurm ## run only the slow tests (what `make test` leaves out)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU extra pins what verl[vllm]==0.9.1 pins (vLLM 0.24, torch 2.11); it gets its own environment so that the
@@ -149,4 +160,4 @@ schemas: $(STAMP) ## re-read the installed verl's and TRL's config dataclasses i
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache build dist site
+	rm -rf $(VENV) $(VERIFIERS_VENV) .pytest_cache .ruff_cache build dist site
