@@ -38,6 +38,8 @@ INSTALL = "trainctl env install verifiers"
 VENV_VAR = "TRAINCTL_VERIFIERS_VENV"
 # written into a finished interpreter: one without it is half made
 READY = ".trainctl-ready"
+# written into it while trainctl makes it: a folder with it and without READY is trainctl's, half made
+MAKING = ".trainctl-making"
 PREFIX = "verifiers"
 WORKER = Path(__file__).resolve().parent.parent / "runtime" / "verifiers_worker.py"
 # seconds a worker may take to describe a taskset and write its rows
@@ -105,15 +107,16 @@ def install(target: Path | None = None, extra: list[str] | None = None, say: Cal
         say(f"verifiers {VERSION} is installed at {target}")
         return target
     if target.exists() and not ready(target):
-        if not (target / "pyvenv.cfg").is_file():
+        if not (target / MAKING).is_file() and any(target.iterdir()):
             raise TrainctlError(
-                f"{target} exists and is not a virtual environment: trainctl will not write into it.",
+                f"{target} holds something trainctl did not make: it will not write into it.",
                 hint=f"{INSTALL} --path ANOTHER/FOLDER",
             )
         say(f"removing a half-made interpreter at {target}")
         shutil.rmtree(target)
     started = time.monotonic()
-    for what, argv in install_steps(target, [] if ready(target) else extra)[(1 if ready(target) else 0) :]:
+    steps = install_steps(target, extra)
+    for what, argv in steps[1:] if ready(target) else steps:  # there: only the packages `extra` adds
         say(f"making {what}")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         tail: list[str] = []
@@ -121,6 +124,8 @@ def install(target: Path | None = None, extra: list[str] | None = None, say: Cal
             tail = [*tail[-20:], line.rstrip()]
             if line.startswith(("Collecting", "Successfully installed", "ERROR")):
                 say("  " + line.rstrip())
+        if argv[1:3] == ["-m", "venv"] and proc.wait() == 0:
+            (target / MAKING).touch()  # trainctl's, until READY: an interrupted install may remove it
         if proc.wait() != 0:
             raise TrainctlError(
                 f"making {what} failed (exit {proc.returncode}).",
@@ -129,6 +134,7 @@ def install(target: Path | None = None, extra: list[str] | None = None, say: Cal
             )
     took = time.monotonic() - started
     (target / READY).write_text(json.dumps({"verifiers": VERSION, "extra": extra, "seconds": round(took, 1)}))
+    (target / MAKING).unlink(missing_ok=True)
     say(f"verifiers {VERSION} installed at {target} in {took:.0f} s")
     return target
 
@@ -237,8 +243,7 @@ def _stage_problem(env, error: dict[str, str]) -> Problem:
         return Problem(
             f"env.id = {env.id!r}: the taskset's module does not import in verifiers' interpreter: {message}",
             key="env.id",
-            hint="env.path=[the folder holding it], or install its package there: "
-            f"{python_of(Path('<interpreter>'))} -m pip install PACKAGE   (trainctl env ls shows where it is)",
+            hint=f"env.path=[the folder holding it], or install its package there: {INSTALL} --with PACKAGE",
         )
     if stage == "config":
         return Problem(
