@@ -1,0 +1,252 @@
+"""env=verifiers (issue 55): a single-turn verifiers taskset (tests/envs/fixtures/verifiers/vf_arith.py, two rewards)
+as a run's rows and scoring, through verifiers' own interpreter. Its rows and per-reward scores against verifiers'
+own Task.score there; every bad input refused before anything is written; `trainctl env install/ls/show`; and a real
+2-step GRPO run of the tiny model on it (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.envs.conftest import FIXTURES
+from tests.real_runs import train
+
+# vf_arith has 40 tasks (its config's default size): 8 held out
+TASKSET = ["env=verifiers", "env.id=vf_arith", f"env.path=[{FIXTURES}]", "env.test_size=8"]
+
+# verifiers' own reading, in its interpreter: each task as the taskset's load() yields it (not rebuilt from a row),
+# a one-turn trace of each response, and Task.score on it
+REFERENCE = """
+import asyncio, json, sys
+import verifiers.v1 as vf
+from verifiers.v1.graph import MessageNode
+from verifiers.v1.trace import AgentInfo, TraceTask
+from verifiers.v1.types import AssistantMessage, SystemMessage, UserMessage
+from verifiers.v1.utils.loaders import load_taskset, taskset_config_type
+
+config = taskset_config_type("vf_arith").model_validate({"id": "vf_arith", "size": 40})
+responses = json.loads(sys.argv[1])  # task key -> the responses to score
+
+async def main():
+    out = {}
+    for task in load_taskset(config):
+        for response in responses.get(task.key, []):
+            trace = vf.Trace(
+                task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+                agent=AgentInfo(config=vf.AgentConfig()),
+                nodes=[
+                    MessageNode(message=SystemMessage(content=task.data.system_prompt)),
+                    MessageNode(parent=0, message=UserMessage(content=task.data.prompt)),
+                    MessageNode(parent=1, message=AssistantMessage(content=response), sampled=True),
+                ],
+            )
+            await task.score(trace)
+            out.setdefault(task.key, []).append(
+                {"prompt": [task.data.system_prompt, task.data.prompt], "reward": trace.reward,
+                 "rewards": {k: r.score for k, r in trace.rewards.items()}}
+            )
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def task_score(venv, responses: dict[str, list[str]]) -> dict[str, list[dict]]:
+    """verifiers' own scores (REFERENCE) of responses to vf_arith's tasks, by task key."""
+    from trainctl.envs.verifiers import worker_env
+
+    reference = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", REFERENCE, json.dumps(responses)],
+        env=worker_env([str(FIXTURES)]), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    return json.loads(reference.stdout)
+
+
+def _env(**over):
+    base = {
+        "id": "vf_arith", "args": {"size": 40}, "path": [str(FIXTURES)], "tasks": [], "train_size": 30,
+        "test_size": 8, "seed": 0, "curriculum": {"enabled": False},
+    }  # fmt: skip
+    return OmegaConf.create({**base, **over})
+
+
+def test_rows_and_per_reward_scores_equal_verifiers_own_task_score(with_verifiers):
+    from trainctl.envs import verifiers as kind
+    from trainctl.runtime.rewards import verifiers as scorer
+
+    env = _env()
+    assert kind.problems(env) == []
+    train_rows, test_rows = list(kind.rows(env, "train")), list(kind.rows(env, "test"))
+    assert len(train_rows) == 30 and len(test_rows) == 8  # 40 tasks: 8 held out, 30 of the other 32 to train
+    keys = [r["extra_info"]["key"] for r in train_rows + test_rows]
+    assert len(set(keys)) == 38, "no task in both splits"
+    rows = train_rows[:6] + test_rows[:2]
+    responses: dict[str, list[str]] = {}
+    for r in rows:
+        data = json.loads(r["extra_info"]["data"])
+        responses[r["extra_info"]["key"]] = [
+            f"so <answer>{data['answer']}</answer>",
+            "<answer>-1</answer>",
+            str(data["answer"]),
+        ]
+    own = task_score(with_verifiers, responses)
+
+    calls = [(r, i, response) for r in rows for i, response in enumerate(responses[r["extra_info"]["key"]])]
+    with ThreadPoolExecutor(8) as pool:  # as verl's reward loop calls it: many responses at once, one worker
+        got = list(pool.map(lambda c: scorer.compute_score(c[0]["data_source"], c[2], "", c[0]["extra_info"]), calls))
+    assert len(scorer._WORKERS) == 1
+    seen = set()
+    for (row, i, _), scores in zip(calls, got, strict=True):
+        expected = own[row["extra_info"]["key"]][i]
+        assert [m["content"] for m in row["prompt"]] == expected["prompt"]
+        assert row["data_source"] == "verifiers/vf_arith"
+        assert scores == {"score": expected["reward"], **{f"rewards/{k}": v for k, v in expected["rewards"].items()}}
+        seen.add(scores["score"])
+    assert seen == {1.5, 0.5, 0.0}  # right (1 + 0.5 x tagged), wrong but tagged, untagged
+    scorer.close_all()
+
+
+def test_the_scorers_start_and_round_trip_are_measured(with_verifiers):
+    """The isolated interpreter's start (verifiers' import and the taskset's load) and one scoring round-trip."""
+    from trainctl.envs import verifiers as kind
+    from trainctl.runtime.rewards import verifiers as scorer
+
+    env = _env()
+    assert kind.problems(env) == []
+    row = next(kind.rows(env, "test"))
+    started = time.monotonic()
+    scorer.compute_score(row["data_source"], "<answer>0</answer>", "", row["extra_info"])
+    first = time.monotonic() - started
+    started = time.monotonic()
+    for _ in range(20):
+        scorer.compute_score(row["data_source"], "<answer>0</answer>", "", row["extra_info"])
+    each = (time.monotonic() - started) / 20
+    scorer.close_all()
+    print(f"verifiers worker: start + first score {first:.2f} s, then {each * 1000:.1f} ms a response")
+    assert each < 0.5 and first < 60
+
+
+# (overrides, the lines the error must hold)
+BAD = {
+    "a taskset module that is not there": (
+        ["env.id=vf_nope"],
+        [
+            "env.id = 'vf_nope': the taskset's module does not import in verifiers' interpreter:",
+            "taskset 'vf_nope' not found",
+        ],
+    ),
+    "a taskset whose own import fails": (
+        ["env.id=vf_broken"],
+        ["does not import in verifiers' interpreter: ModuleNotFoundError: No module named 'a_package_nobody_installed'",
+         "vf_broken.py:3)"],
+    ),
+    "a reward that needs a runtime": (
+        ["env.id=vf_needs_runtime"],
+        [
+            "vf_needs_runtime (SandboxTask): reward 'file_written' needs a runtime (its `runtime` parameter has no",
+            "verifiers' Task.score would skip it without a word",
+            "Hint: give it `runtime=None`",
+        ],
+    ),
+    "arguments its config refuses": (
+        ["env.args={sise:3}"],
+        ["env.args = {'sise': 3}: vf_arith's taskset config refuses them:", "sise", "Extra inputs are not permitted"],
+    ),
+    "a held-out split as large as the taskset": (
+        ["env.args={size:6}"],
+        ["env.test_size = 8: vf_arith has 6 tasks, and the held-out split would leave none to train on."],
+    ),
+    "no env.id": (["env.id=null"], ["env=verifiers needs env.id: the taskset's module"]),
+    "a curriculum": (["env.curriculum.enabled=true"], ["a verifiers taskset has none."]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_message_before_anything_is_written(case, cli, isolated, with_verifiers):
+    words, lines = BAD[case]
+    result = cli("config", "validate", "algorithm=grpo", *TASKSET, *words)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    for line in lines:
+        assert " ".join(line.split()) in said, said
+    assert not (isolated / "data").exists(), "nothing written"
+
+
+def test_without_its_interpreter_a_plan_names_the_install_command(cli, isolated, monkeypatch, tmp_path):
+    from trainctl.envs import verifiers as kind
+
+    monkeypatch.setenv(kind.VENV_VAR, str(tmp_path / "nowhere"))
+    result = cli("train", "recipe=grpo-arith-tiny-cpu", *TASKSET, "--dry-run")
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert "env=verifiers runs verifiers in its own interpreter" in said and "none is installed here." in said
+    assert f"looked in: {tmp_path / 'nowhere'}, {isolated / 'envs' / 'verifiers-0.4.0'}" in said
+    assert "Hint: trainctl env install verifiers" in said
+    assert not (isolated / "data").exists() and not (isolated / "runs").exists()
+    dry = cli("env", "install", "verifiers", "--dry-run")
+    assert dry.exit_code == 0 and f"at {isolated / 'envs' / 'verifiers-0.4.0'}: not installed" in dry.stdout
+    assert "-m pip install --disable-pip-version-check --progress-bar off verifiers==0.4.0" in dry.stdout
+    assert not (isolated / "envs").exists(), "a dry run makes nothing"
+    assert "verifiers: not installed (trainctl env install verifiers)" in cli("env", "ls").stdout
+
+
+def test_a_plan_writes_the_rows_once_and_env_ls_and_show_find_the_taskset(cli, isolated, with_verifiers):
+    plan = cli("train", "recipe=grpo-arith-tiny-cpu", *TASKSET, "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    (folder,) = (isolated / "data" / "env").iterdir()
+    train_file = folder / "rl" / "train.parquet"
+    stamp = train_file.stat().st_mtime_ns
+    assert cli("config", "validate", "recipe=grpo-arith-tiny-cpu", *TASKSET).exit_code == 0
+    assert train_file.stat().st_mtime_ns == stamp  # found, not written again
+    assert f"verifiers: verifiers==0.4.0 at {with_verifiers}" in cli("env", "ls").stdout
+    show = cli("env", "show", f"verifiers:vf_needs_runtime:{FIXTURES}", "-n", "1")
+    assert show.exit_code == 0, show.output
+    assert "reward file_written weight 2 (needs a runtime: refused)" in show.stdout
+    assert "user: Write 0 to /tmp/out.txt" in show.stdout
+
+
+@pytest.mark.slow
+def test_grpo_trains_two_steps_on_a_verifiers_taskset(real_home, verifiers_venv):
+    """The tiny recipe on vf_arith for 2 steps through verl's loop: its rewards logged per step, each reward too."""
+    from trainctl.metrics import read_metrics
+
+    started = time.monotonic()
+    dumps = real_home.root / "grpo-vf-rollouts"
+    run = train(
+        real_home, "grpo-vf", "recipe=grpo-arith-tiny-cpu", *TASKSET, "run.max_steps=2", "logger=console",
+        f"verl.trainer.rollout_data_dir={dumps}", check_first=False, TRAINCTL_VERIFIERS_VENV=str(verifiers_venv),
+    )  # fmt: skip
+    print(f"2 GRPO steps on vf_arith: {time.monotonic() - started:.0f} s")
+    # the scores the run trained on are verifiers' Task.score of the same responses (the dump: each response, its
+    # task's key as the ground truth, and its score)
+    dumped = [json.loads(line) for step in (1, 2) for line in (dumps / f"{step}.jsonl").read_text().splitlines()]
+    assert len(dumped) == 2 * 8 * 8  # 2 steps of 8 prompts x 8 samples
+    responses: dict[str, list[str]] = {}
+    for d in dumped:
+        responses.setdefault(d["gts"], []).append(d["output"])
+    own = task_score(verifiers_venv, responses)
+    for key in responses:
+        logged = [d["score"] for d in dumped if d["gts"] == key]
+        assert logged == [o["reward"] for o in own[key]], key
+    metrics = read_metrics(run.path)
+    for step in (1, 2):
+        for name in ("env/vf_arith/reward", "env/vf_arith/rewards/correct", "env/vf_arith/rewards/tagged"):
+            assert name in metrics[step], sorted(metrics[step])
+        # the total is verifiers' weighted sum of the two
+        total = metrics[step]["env/vf_arith/rewards/correct"] + 0.5 * metrics[step]["env/vf_arith/rewards/tagged"]
+        assert metrics[step]["env/vf_arith/reward"] == pytest.approx(total)
+
+
+def test_install_writes_only_into_a_folder_of_its_own(cli, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    result = cli("env", "install", "verifiers", "--path", str(foreign))
+    assert result.exit_code == 1 and "holds something trainctl did not make" in result.stderr
+    assert (foreign / "notes.txt").read_text() == "keep"
