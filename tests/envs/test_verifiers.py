@@ -112,26 +112,6 @@ def test_rows_and_per_reward_scores_equal_verifiers_own_task_score(with_verifier
     scorer.close_all()
 
 
-def test_the_scorers_start_and_round_trip_are_measured(with_verifiers):
-    """The isolated interpreter's start (verifiers' import and the taskset's load) and one scoring round-trip."""
-    from trainctl.envs import verifiers as kind
-    from trainctl.runtime.rewards import verifiers as scorer
-
-    env = _env()
-    assert kind.problems(env) == []
-    row = next(kind.rows(env, "test"))
-    started = time.monotonic()
-    scorer.compute_score(row["data_source"], "<answer>0</answer>", "", row["extra_info"])
-    first = time.monotonic() - started
-    started = time.monotonic()
-    for _ in range(20):
-        scorer.compute_score(row["data_source"], "<answer>0</answer>", "", row["extra_info"])
-    each = (time.monotonic() - started) / 20
-    scorer.close_all()
-    print(f"verifiers worker: start + first score {first:.2f} s, then {each * 1000:.1f} ms a response")
-    assert each < 0.5 and first < 60
-
-
 # (overrides, the lines the error must hold)
 BAD = {
     "a taskset module that is not there": (
