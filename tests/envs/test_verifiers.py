@@ -147,7 +147,18 @@ BAD = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
+# each of these starts verifiers' interpreter for the taskset's checks (3-4 s of CPU on a quiet machine): the default
+# suite keeps the module that is not there and the reward that needs a runtime, the rest run in the slow one
+SLOW_CASES = {
+    "a taskset whose own import fails",
+    "arguments its config refuses",
+    "a held-out split as large as the taskset",
+}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in sorted(BAD)]
+)
 def test_bad_input_is_one_message_before_anything_is_written(case, cli, isolated, with_verifiers):
     words, lines = BAD[case]
     result = cli("config", "validate", "algorithm=grpo", *TASKSET, *words)
