@@ -102,12 +102,12 @@ def test_the_check_is_generic(cli, tiny_model, no_processes):
     """Fields trainctl names nowhere are checked from verl's declarations like any other."""
     import trainctl
 
-    field = "checkpoint_engine.update_weights_bucket_megabytes"
+    field = "expert_parallel_size"
     assert field.rpartition(".")[2] not in _trainctl_source(trainctl)
     result = cli("config", "validate", "algorithm=grpo", f"{R}.rollout.{field}=long")
     assert result.exit_code == 1, result.output
     assert f"Error: {R}.rollout.{field} must be an integer, not 'long'." in result.stderr
-    assert "declared by verl's CheckpointEngineConfig.update_weights_bucket_megabytes" in result.stderr
+    assert "declared by verl's RolloutConfig.expert_parallel_size" in result.stderr
 
     result = cli("config", "validate", "algorithm=grpo", "algorithm.filter_groups.enable=sometimes")
     assert result.exit_code == 1

@@ -483,8 +483,12 @@ def _adapter_class():
                 raise NotImplementedError(f"hf rollout takes full tensors, not {wire_format!r}")
             # LoRA: verl sends its peft_config with the base weights (once) and with the adapters (every update)
             peft_config = kw.get("peft_config")
+            from verl.workers.rollout.utils import ensure_async_iterator
+
             state = {}
-            for name, tensor in weights:
+            # a generator from the actor's engine (naive engine), or an async one from a checkpoint engine's
+            # receive_weights (offpolicy=split: a rollout process of its own, trainctl.runtime.cpu_checkpoint_engine)
+            async for name, tensor in ensure_async_iterator(weights):
                 if hasattr(tensor, "full_tensor"):
                     tensor = tensor.full_tensor()
                 if self.leads:
