@@ -49,11 +49,16 @@ BAD = {
         [TINY, "offpolicy=overlap", "offpolicy.is_floor=0.2"],
         ["offpolicy.is_floor = 0.2 with offpolicy.correction = tis: the lower bound is icepop's"],
     ),
-    "split on cpu": (
-        [TINY, "offpolicy=split"],
-        ["offpolicy=split on hardware=cpu: the rollout pool gets its weights through a checkpoint engine, and every "
-         "one verl 0.9.1 ships other than naive (which split cannot use) needs CUDA",
-         "trainctl has no CPU checkpoint engine yet.", "Hint: offpolicy=overlap"],
+    "split on cpu with vllm": (
+        [TINY, "offpolicy=split", "hardware.rollout_engine=vllm"],
+        ["offpolicy=split on hardware=cpu with actor_rollout_ref.rollout.name = vllm: on cpu the rollout pool gets its "
+         "weights through trainctl's gloo checkpoint engine, which has fed trainctl's hf rollout only",
+         "Hint: hardware.rollout_engine=hf, or offpolicy=overlap"],
+    ),
+    "split with lora unmerged": (
+        [TINY, "offpolicy=split", "lora=r8", "actor_rollout_ref.model.lora.merge=false"],
+        ["offpolicy=split with lora (rank 8) and actor_rollout_ref.model.lora.merge = false: verl's separate_async "
+         "sends the engine's weights without their peft_config"],
     ),
     "split: batch against sync interval": (
         [*SPLIT_GPU, "offpolicy.sync_every=4"],
@@ -97,9 +102,14 @@ def test_each_bad_combination_is_one_message_before_anything_starts(case, cli, i
 
 
 def test_train_refuses_before_anything_starts(cli, isolated, no_processes):
-    result = cli("train", TINY, "offpolicy=split")
-    assert result.exit_code == 1 and "offpolicy=split on hardware=cpu" in result.stderr
+    result = cli("train", TINY, "offpolicy=split", "lora=r8", "actor_rollout_ref.model.lora.merge=false")
+    assert result.exit_code == 1 and "offpolicy=split with lora (rank 8)" in result.stderr
     assert not (isolated.parent / "work" / "runs").exists()
+
+
+def test_split_on_cpu_is_valid_with_the_gloo_engine(cli, isolated):
+    result = cli("config", "validate", TINY, "offpolicy=split")
+    assert result.exit_code == 0, result.output
 
 
 def test_prefetching_past_a_dropping_cap_is_a_warning():

@@ -79,3 +79,19 @@ def test_split_layout():
     assert split_layout(1, 8, 2) == ((1, 6), (1, 2))
     assert split_layout(4, 8, 16) == ((2, 8), (2, 8))
     assert split_layout(1, 1, None) == ((1, 1), (1, 0))  # refused by trainctl.checks.offpolicy
+    # one cpu node: the rollout's processes come beside the training's; several: whole nodes, as on GPUs
+    assert split_layout(1, 1, None, "cpu") == ((1, 1), (1, 1))
+    assert split_layout(1, 2, 2, "cpu") == ((1, 2), (1, 2))
+    assert split_layout(2, 1, None, "cpu") == ((1, 1), (1, 1))
+
+
+def test_split_on_cpu_takes_the_gloo_engine_and_merges_lora():
+    cpu = resolve([TINY, "offpolicy=split", "lora=r8"])
+    engine = "actor_rollout_ref.rollout.checkpoint_engine"
+    assert cpu.value(f"{engine}.backend") == "gloo"
+    assert cpu.value(f"{engine}.custom_backend_module") == "trainctl.runtime.cpu_checkpoint_engine"
+    assert cpu.value(f"{engine}.update_weights_bucket_megabytes") == 64
+    assert (cpu.value("trainer.n_gpus_per_node"), cpu.value("actor_rollout_ref.rollout.n_gpus_per_node")) == (1, 1)
+    assert cpu.value("actor_rollout_ref.model.lora.merge") is True
+    off = resolve([TINY, "lora=r8"])
+    assert "actor_rollout_ref.model.lora.merge" not in off.built.leaves

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from trainctl.config.offpolicy import VERL_MODES, split_layout
 from trainctl.config.origins import COMMAND_LINE
 from trainctl.errors import Problem
-from trainctl.facts import verl as facts
 
 if TYPE_CHECKING:
     from trainctl.checks.base import Subject
@@ -182,22 +181,35 @@ def _staleness(s: Subject) -> list[Problem]:
 
 
 def _split(s: Subject) -> list[Problem]:
-    """verl's separate_async asserts (trainer_separate_async.py __init__), and what this machine cannot host."""
+    """verl's separate_async asserts (trainer_separate_async.py __init__), what it gets wrong without a word (LoRA
+    adapters without merge), and what this machine cannot host."""
     op, hw, problems = s.cfg.offpolicy, s.cfg.hardware, []
-    if hw.device == "cpu":
+    rollout = s.value(f"{AR}.rollout.name")
+    if hw.device == "cpu" and rollout != "hf":
         problems.append(
             Problem(
-                f"offpolicy=split on hardware={hw.name}: the rollout pool gets its weights through a checkpoint "
-                f"engine, and every one verl {facts.VERL_VERSION} ships other than naive (which split cannot use) "
-                "needs CUDA (nccl imports cupy; nixl, mooncake, hccl and kimi are GPU or NPU transports). trainctl "
-                "has no CPU checkpoint engine yet.",
-                key="offpolicy",
-                hint="offpolicy=overlap (generation ahead of training on the same processes runs on CPU), or split on "
-                "GPUs: hardware=8gpu",
+                f"offpolicy=split on hardware={hw.name} with {AR}.rollout.name = {rollout}: on cpu the rollout pool "
+                "gets its weights through trainctl's gloo checkpoint engine, which has fed trainctl's hf rollout only "
+                "(vLLM's CPU build takes them through a shared-memory bucket sender this machine has not run).",
+                key="hardware.rollout_engine",
+                hint="hardware.rollout_engine=hf, or offpolicy=overlap",
             )
         )
-        return problems
-    (train_nodes, train_gpus), (roll_nodes, roll_gpus) = split_layout(hw.nnodes, hw.gpus_per_node, op.rollout_gpus)
+    lora = s.value(f"{AR}.model.lora_rank")
+    if isinstance(lora, int) and lora > 0 and s.value(f"{AR}.model.lora.merge") is not True:
+        problems.append(
+            Problem(
+                f"offpolicy=split with lora (rank {lora}) and {AR}.model.lora.merge = false: verl's separate_async "
+                "sends the engine's weights without their peft_config, which without merge are the base weights "
+                "alone at every sync: the rollout would never sample from the trained adapters.",
+                key=f"{AR}.model.lora.merge",
+                hint=f"drop {AR}.model.lora.merge=false (offpolicy=split merges the adapters into each sync), or "
+                "lora=none",
+            )
+        )
+    (train_nodes, train_gpus), (roll_nodes, roll_gpus) = split_layout(
+        hw.nnodes, hw.gpus_per_node, op.rollout_gpus, hw.device
+    )
     total = hw.nnodes * hw.gpus_per_node
     wanted = op.rollout_gpus if op.rollout_gpus is not None else total // 2
     if hw.nnodes > 1 and wanted % hw.gpus_per_node:
@@ -256,7 +268,7 @@ def _split(s: Subject) -> list[Problem]:
                 f"{AR}.rollout.checkpoint_engine.backend = naive with offpolicy=split: the naive engine only reaches "
                 "rollout servers in the trainer's own processes; verl asserts another for a pool of its own.",
                 key=f"{AR}.rollout.checkpoint_engine.backend",
-                hint=f"drop {AR}.rollout.checkpoint_engine.backend (offpolicy=split sets nccl)",
+                hint=f"drop {AR}.rollout.checkpoint_engine.backend (offpolicy=split sets nccl, or gloo on cpu)",
             )
         )
     if s.value("reward.reward_model.enable") and not s.value("reward.reward_model.enable_resource_pool"):

@@ -65,18 +65,39 @@ def _is_threshold(correction, floor, cap):
     return UNSET if found is None else found
 
 
-def _split(which, mode, nnodes, gpus_per_node, rollout_gpus):
+def _split(which, mode, nnodes, gpus_per_node, rollout_gpus, device="cuda"):
     """offpolicy=split's share of the hardware's devices: trainer_nodes, trainer_gpus (the whole hardware for the
     other modes), rollout_nodes, rollout_gpus (UNSET for the other modes: verl's defaults)."""
     if mode != "split":
         return {"trainer_nodes": nnodes, "trainer_gpus": gpus_per_node}.get(which, UNSET)
-    (train_nodes, train_gpus), (roll_nodes, roll_gpus) = offpolicy.split_layout(nnodes, gpus_per_node, rollout_gpus)
+    layout = offpolicy.split_layout(nnodes, gpus_per_node, rollout_gpus, device)
+    (train_nodes, train_gpus), (roll_nodes, roll_gpus) = layout
     return {
         "trainer_nodes": train_nodes,
         "trainer_gpus": train_gpus,
         "rollout_nodes": roll_nodes,
         "rollout_gpus": roll_gpus,
     }[which]
+
+
+def _checkpoint_engine(which, mode, device):
+    """offpolicy=split's checkpoint engine on the hardware's device: backend, module (custom_backend_module) or
+    bucket_mb; UNSET for the other modes (and where verl's default is the one)."""
+    if mode != "split":
+        return UNSET
+    backend, module, bucket_mb = offpolicy.checkpoint_engine(device)
+    found = {"backend": backend, "module": module, "bucket_mb": bucket_mb}[which]
+    return UNSET if found is None else found
+
+
+def _lora_merge(device, rollout_engine, mode):
+    """verl's actor_rollout_ref.model.lora.merge: true where the rollout must get merged full weights, else UNSET
+    (verl's default, false: the base once, then the adapters). offpolicy=split: verl's separate_async sends the
+    engine's get_per_tensor_param() without its peft_config, which without merge is the base weights alone at every
+    sync (the adapters never reach the rollout); vLLM's CPU build: it lacks the adapter loading verl uses."""
+    if mode == "split" or (device == "cpu" and rollout_engine == "vllm"):
+        return True
+    return UNSET
 
 
 def _plain(node):
@@ -163,6 +184,8 @@ RESOLVERS = {
     "tc.staleness_threshold": _staleness_threshold,
     "tc.is_threshold": _is_threshold,
     "tc.split": _split,
+    "tc.checkpoint_engine": _checkpoint_engine,
+    "tc.lora_merge": _lora_merge,
     "tc.sum": lambda *xs: sum(xs),
     "tc.floordiv": lambda a, b: a // b,
     "tc.eq": lambda a, b: a == b,
