@@ -55,6 +55,11 @@ BAD = {
          "weights through trainctl's gloo checkpoint engine, which has fed trainctl's hf rollout only",
          "Hint: hardware.rollout_engine=hf, or offpolicy=overlap"],
     ),
+    "split on cpu without room": (
+        [TINY, "offpolicy=split", "offpolicy.rollout_gpus=2"],
+        ["offpolicy=split on hardware=cpu: 1 training + 2 rollout process(es) + verl's TransferQueue actors (2 CPUs) "
+         "hold 5 Ray CPUs, and hardware.ray_num_cpus = 4.", "Hint: hardware.ray_num_cpus=5"],
+    ),
     "split with lora unmerged": (
         [TINY, "offpolicy=split", "lora=r8", "actor_rollout_ref.model.lora.merge=false"],
         ["offpolicy=split with lora (rank 8) and actor_rollout_ref.model.lora.merge = false: verl's separate_async "

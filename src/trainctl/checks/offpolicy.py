@@ -233,6 +233,7 @@ def _split(s: Subject) -> list[Problem]:
                 else f"offpolicy.rollout_gpus={total // 2}",
             )
         )
+    problems += _cpu_room(s, train_gpus, roll_gpus)
     for key in (f"{AR}.rollout.nnodes", f"{AR}.rollout.n_gpus_per_node"):
         value = s.value(key)
         if isinstance(value, int) and value < 1 and s.built.origins.get(key) != MAPPING:
@@ -283,3 +284,26 @@ def _split(s: Subject) -> list[Problem]:
             )
         )
     return problems
+
+
+def _cpu_room(s: Subject, train: int, rollout: int) -> list[Problem]:
+    """On one cpu node each training and rollout process holds one of the Ray CPUs the run starts Ray with
+    (hardware.ray_num_cpus), beside TransferQueue's actors: verl creates the rollout's pool last, and with too few
+    CPUs left it fails there, after the trainer has loaded."""
+    from trainctl.launchers.capacity import beside
+
+    hw = s.cfg.hardware
+    if hw.device != "cpu" or hw.nnodes != 1 or hw.launcher != "local" or not hw.ray_num_cpus:
+        return []
+    held = beside(s.cfg)
+    need = train + rollout + held
+    if need <= hw.ray_num_cpus:
+        return []
+    return [
+        Problem(
+            f"offpolicy=split on hardware={hw.name}: {train} training + {rollout} rollout process(es) + verl's "
+            f"TransferQueue actors ({held} CPUs) hold {need} Ray CPUs, and hardware.ray_num_cpus = {hw.ray_num_cpus}.",
+            key="hardware.ray_num_cpus",
+            hint=f"hardware.ray_num_cpus={need}, or fewer rollout processes: offpolicy.rollout_gpus=1",
+        )
+    ]
