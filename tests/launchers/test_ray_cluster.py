@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.launchers import ray_nodes
 from trainctl.metrics import read_metrics
 
 GRPO = ["recipe=grpo-arith-tiny-cpu", "run.max_steps=2"]
@@ -190,6 +191,21 @@ def test_a_lost_node_ends_the_run_with_a_verdict_and_a_resume_on_a_new_cluster_t
     assert steps == [last + 1, last + 2], steps
 
 
+def test_split_rollout_groups_go_to_nodes_apart_from_the_training(ray_two_nodes):
+    """offpolicy=split's rollout pool on a cluster of cpu nodes (trainctl.runtime.split_placement): on a node the
+    training's groups do not use, whichever that is; with no training pool yet, the node with most CPUs left."""
+    import subprocess
+    import sys
+
+    probe = [sys.executable, "-m", "tests.launchers.split_placement_probe", ray_two_nodes.address]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    head, other = found["head"], found["other"]
+    assert found["alone"] == [head]  # its 3 CPUs against the other's 1
+    assert found["training_on_head"] == [other] and found["training_on_other"] == [head]
+
+
 # the node a Ray actor's rank line names, by the actor's class: verl's training worker or a rollout process's
 _ACTOR_RANK = re.compile(
     r"\((WorkerDict|CheckpointEngineWorker) pid=\d+\)\S* trainctl: rank \d+ of \d+ on Ray node ([0-9a-f]+)"
@@ -199,17 +215,23 @@ _ACTOR_RANK = re.compile(
 # Measured: 60-64 s (3 steps; steps 2-3 1.25-1.45 s, each sync 5-6 ms across the nodes)
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_split_across_two_ray_nodes(cli, ray_two_nodes, tiny_model, arith_data, tmp_path):
+def test_split_across_two_ray_nodes(cli, tiny_model, arith_data, tmp_path):
     """offpolicy=split with hardware.nnodes=2: the trainer on one node, the rollout process on the other (a node
     each: offpolicy.rollout_gpus takes whole nodes), the weights sent across them every step by trainctl's gloo
-    checkpoint engine; staleness within the cap."""
-    result = cli("train", *GRPO, *_on(ray_two_nodes), "hardware.nnodes=2", "offpolicy=split", "run.max_steps=3",
-                 "run.name=split2")  # fmt: skip
+    checkpoint engine; staleness within the cap. A cluster of its own with room for the rollout on either node (the
+    head keeps a CPU free beside the trainer and TransferQueue's actors): it is pinned away from the trainer's
+    (trainctl.runtime.split_placement), where Ray alone may put both on one node."""
+    nodes = ray_nodes.start(tmp_path / "ray", cpus=(4, 2))
+    try:
+        result = cli("train", *GRPO, *_on(nodes), "hardware.nnodes=2", "offpolicy=split", "run.max_steps=3",
+                     "run.name=split2")  # fmt: skip
+    finally:
+        ray_nodes.stop(nodes)
     assert result.exit_code == 0, result.output[-3000:]
     run = tmp_path / "work" / "runs" / "split2"
     placed = {kind: node for kind, node in _ACTOR_RANK.findall((run / "logs" / "attempt-1.log").read_text())}
     assert sorted(placed) == ["CheckpointEngineWorker", "WorkerDict"], placed
-    assert sorted(placed.values()) == ray_two_nodes.node_ids, placed  # one node each
+    assert sorted(placed.values()) == nodes.node_ids, placed  # one node each
     metrics = read_metrics(run)
     assert sorted(metrics) == [1, 2, 3]
     for step, row in metrics.items():

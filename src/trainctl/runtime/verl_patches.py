@@ -44,7 +44,8 @@ PATCHES = {
         "leaves where each node's placement group goes to Ray: on GPUs a node's group takes all of its GPUs, so the "
         "groups land on different nodes; on CPUs several groups fit one node, and a run across nodes "
         "(hardware.nnodes) would not be. Each node group is pinned to a node of its own (Ray's node-id label), among "
-        "the CPUs left once TransferQueue's actors hold theirs, as the plan's capacity check placed them"
+        "the CPUs left once TransferQueue's actors hold theirs, as the plan's capacity check placed them; "
+        "offpolicy=split's rollout pool on nodes apart from the training's (trainctl.runtime.split_placement)"
     ),
     # TransferQueue 0.1.11, which verl 0.9.1 creates before the training's placement groups
     ("transfer_queue.interface", "TransferQueueController"): (
@@ -252,7 +253,10 @@ def _storage_on_the_head(original):
 
 def _get_placement_groups(original):
     def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
-        if not _on_cpu() or self.pgs is not None or len(self._store) < 2:
+        from trainctl.runtime.split_placement import pinned_nodes
+
+        nodes = pinned_nodes(self, cpu_nodes) if _on_cpu() and self.pgs is None else None
+        if nodes is None:
             return original(self, strategy, name, device_name)
         import ray
         from ray.util.placement_group import placement_group
@@ -260,7 +264,6 @@ def _get_placement_groups(original):
 
         # verl's own groups (a bundle of one CPU per process, its names), each pinned to a node of its own
         prefix = name or f"{self.name_prefix}verl_group_{'_'.join(str(c) for c in self._store)}:"
-        nodes = cpu_nodes(len(self._store), max(self._store))
         lifetime = "detached" if self.detached else None
         pgs = [
             placement_group(
