@@ -212,7 +212,7 @@ _ACTOR_RANK = re.compile(
 )
 
 
-# Measured: 60-64 s (3 steps; steps 2-3 1.25-1.45 s, each sync 5-6 ms across the nodes)
+# Measured: 79 s with its cluster's start (the run 60-64 s: steps 2-3 1.25-1.45 s, each sync 5-6 ms across the nodes)
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_split_across_two_ray_nodes(cli, tiny_model, arith_data, tmp_path):
