@@ -45,9 +45,13 @@ _TRAIN = re.compile(r"^trainctl train (?!.*--dry-run)")
 _GPU = re.compile(r"\bhardware=\S*gpu\b")
 
 
+REPO = Path(__file__).resolve().parents[1]
+VERIFIERS_TASKSET = REPO / "tests" / "envs" / "fixtures" / "verifiers" / "vf_arith.py"
+
+
 def _users_files(work: Path, home: Path) -> None:
-    """The files of the user's own that the docs' examples name: a QA file to convert, a reward function, a local
-    copy of gsm8k (the columns of openai/gsm8k)."""
+    """The files of the user's own that the docs' examples name: a QA file to convert, a reward function, a verifiers
+    taskset, a local copy of gsm8k (the columns of openai/gsm8k)."""
     import json
 
     rows = [
@@ -61,10 +65,22 @@ def _users_files(work: Path, home: Path) -> None:
         "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    return float(ground_truth in solution_str)\n"
     )
+    # a verifiers taskset of the user's own (the guide's my_taskset in tasksets/): the tests' own
+    (work / "tasksets").mkdir(exist_ok=True)
+    shutil.copy(VERIFIERS_TASKSET, work / "tasksets" / "my_taskset.py")
     mirror = home / "mirror" / "gsm8k"
     mirror.mkdir(parents=True, exist_ok=True)
     for split, part in (("train", rows[:60]), ("test", rows[60:])):
         (mirror / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+
+
+def _verifiers_made(monkeypatch) -> None:
+    """verifiers' interpreter: the one `make install` made (.venv-verifiers), which `env install verifiers` then finds
+    made, rather than a minute of pip in the tour's fresh home."""
+    from trainctl.envs import verifiers
+
+    if verifiers.ready(REPO / ".venv-verifiers"):
+        monkeypatch.setenv(verifiers.VENV_VAR, str(REPO / ".venv-verifiers"))
 
 
 def commands() -> list[str]:
@@ -198,6 +214,7 @@ def test_every_docs_command_works_before_and_after_the_demo_set_up(cli, tmp_path
     show before its set-up again, after `make demo`'s set-up, in a new working directory (the commands after the
     set-up ran in that state the first time)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
+    _verifiers_made(monkeypatch)
     (tmp_path / "first").mkdir()
     monkeypatch.chdir(tmp_path / "first")
     _users_files(tmp_path / "first", tmp_path)  # HOME is tmp_path (the isolated fixture)
@@ -221,6 +238,7 @@ def test_every_docs_command_works_before_and_after_the_demo_set_up(cli, tmp_path
 def test_the_docs_tour_trains_for_real(cli, isolated, monkeypatch):
     """The whole tour after the set-up, every CPU training command run as written (27 minutes on 2 cores)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
+    _verifiers_made(monkeypatch)
     _users_files(Path.cwd(), Path.home())
     for setup in ("model init tiny", "data prep arith"):
         assert cli(*setup.split()).exit_code == 0

@@ -96,7 +96,10 @@ Examples:
 )
 def install(
     kind: Annotated[str, typer.Argument(help="the environment kind whose interpreter to make: verifiers")],
-    path: Annotated[str | None, typer.Option("--path", help="where (default: <home>/envs/verifiers-VERSION)")] = None,
+    path: Annotated[
+        str | None,
+        typer.Option("--path", help="where (default: $TRAINCTL_VERIFIERS_VENV, else <home>/envs/verifiers-VERSION)"),
+    ] = None,
     with_: Annotated[
         list[str] | None, typer.Option("--with", help="another pip requirement to install there (repeatable)")
     ] = None,
@@ -113,7 +116,8 @@ def install(
         raise TrainctlError(
             f"{kind!r} needs no interpreter of its own: only verifiers does.", hint="trainctl env install verifiers"
         )
-    target = Path(path).expanduser().absolute() if path else verifiers.default_venv()
+    # where plans look first: $TRAINCTL_VERIFIERS_VENV when set (one made there already is kept), else the home's
+    target = Path(path).expanduser().absolute() if path else verifiers.candidates()[0].absolute()
     if dry_run:
         state = "installed" if verifiers.ready(target) else "not installed"
         typer.echo(f"verifiers {verifiers.VERSION} at {target}: {state}; `trainctl env install verifiers` would run:")

@@ -34,7 +34,7 @@ MISSING = "???"
 _KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 # an argument's text: these characters OmegaConf's lexer keeps as written (words, -, ., /)
 _ARG_TEXT = re.compile(r"[A-Za-z0-9_\-./]+")
-_QUOTED = re.compile(r"\"[A-Za-z0-9_\-. /]*\"|'[A-Za-z0-9_\-. /]*'")
+_QUOTED = re.compile(r"\"[A-Za-z0-9_\-. /:]*\"|'[A-Za-z0-9_\-. /:]*'")
 # OmegaConf's lexer reads this text as one INT; and maybe as a FLOAT (left to OmegaConf)
 _INT = re.compile(r"[+-]?(?:0|[1-9](?:_?[0-9])*)")
 _FLOATISH = re.compile(r"[+-]?[0-9_]*\.?[0-9_]*(?:[eE][+-]?[0-9_]+)?|[+-]?(?:inf|nan)", re.IGNORECASE)
