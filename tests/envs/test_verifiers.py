@@ -181,9 +181,13 @@ def test_without_its_interpreter_a_plan_names_the_install_command(cli, isolated,
     assert "Hint: trainctl env install verifiers" in said
     assert not (isolated / "data").exists() and not (isolated / "runs").exists()
     dry = cli("env", "install", "verifiers", "--dry-run")
-    assert dry.exit_code == 0 and f"at {isolated / 'envs' / 'verifiers-0.4.0'}: not installed" in dry.stdout
+    # where plans look first: TRAINCTL_VERIFIERS_VENV's folder
+    assert dry.exit_code == 0 and f"at {tmp_path / 'nowhere'}: not installed" in dry.stdout
     assert "-m pip install --disable-pip-version-check --progress-bar off verifiers==0.4.0" in dry.stdout
-    assert not (isolated / "envs").exists(), "a dry run makes nothing"
+    assert not (isolated / "envs").exists() and not (tmp_path / "nowhere").exists(), "a dry run makes nothing"
+    monkeypatch.delenv(kind.VENV_VAR)
+    home = cli("env", "install", "verifiers", "--dry-run")
+    assert f"at {isolated / 'envs' / 'verifiers-0.4.0'}: not installed" in home.stdout  # else the home's
     assert "verifiers: not installed (trainctl env install verifiers)" in cli("env", "ls").stdout
 
 
