@@ -1,0 +1,85 @@
+"""Issue 56: off-policy training on this CPU. The tiny GRPO recipe (`recipe=grpo-arith-tiny-cpu`, STEPS steps) in each
+mode, offpolicy=off (verl's sync trainer: the baseline), overlap (colocate_async) and split (separate_async: the
+rollout in a process of its own, weights through trainctl's gloo engine), with seeds 0 .. BENCH_REPS-1 (default 3),
+interleaved (seed 0 in each mode, then seed 1, ...) so that a slow minute hits every mode alike. Reported per mode:
+the median step (verl's timing_s/step over steps 2-STEPS, every run's), samples per second (the step's 64 samples
+over its median step), the trainer's wait for its batch (timing_s/gen), the whole run, and the learning figure the
+learning tests use: the mean reward of steps 1-3 and of the last 3 steps, median over seeds with its spread.
+The ratio column is sync / mode (above 1: faster than sync)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import VENV_BIN, Row, report, reps
+
+TRAINCTL = str(VENV_BIN / "trainctl")
+STEPS = 12
+MODES = ("off", "overlap", "split")
+SAMPLES = 8 * 8  # the recipe's 8 prompts x 8 samples
+
+
+def _run(work: Path, env: dict, mode: str, seed: int) -> dict:
+    from trainctl.metrics import read_metrics
+
+    name = f"{mode}-{seed}"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [TRAINCTL, "train", "recipe=grpo-arith-tiny-cpu", f"offpolicy={mode}", f"run.max_steps={STEPS}",
+         f"run.seed={seed}", f"run.name={name}", "logger=console"],
+        env=env, cwd=work, capture_output=True, text=True,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"offpolicy={mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    m = read_metrics(work / "runs" / name)
+    later = [m[s] for s in range(2, STEPS + 1)]
+    rewards = [m[s]["critic/score/mean"] for s in range(1, STEPS + 1)]
+    return {
+        "wall": wall,
+        "step": [r["timing_s/step"] for r in later],
+        "wait": [r.get("timing_s/gen", 0.0) for r in later],
+        "first": statistics.mean(rewards[:3]),
+        "last": statistics.mean(rewards[-3:]),
+    }
+
+
+def main() -> list[Row]:
+    n = reps(3)
+    runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "TRAINCTL_HOME": str(work / "home"), "TRAINCTL_CACHE": str(work / "cache")}
+        env["TRAINCTL_PROGRESS_EVERY"] = "0"
+        for cmd in (["model", "init", "tiny"], ["data", "prep", "arith"]):
+            subprocess.run([TRAINCTL, *cmd], env=env, cwd=work, check=True, capture_output=True)
+        for seed in range(n):
+            for mode in MODES:
+                runs[mode].append(_run(work, env, mode, seed))
+    summary = {}
+    for mode, rs in runs.items():
+        step = statistics.median(v for r in rs for v in r["step"])
+        summary[mode] = {
+            "step": step,
+            "wait": statistics.median(v for r in rs for v in r["wait"]),
+            "wall": statistics.median(r["wall"] for r in rs),
+            "gain": [r["last"] - r["first"] for r in rs],
+            "last": [r["last"] for r in rs],
+        }
+    sync = summary["off"]
+    rows = []
+    for mode in MODES:
+        s = summary[mode]
+        gains = ", ".join(f"{g:+.2f}" for g in s["gain"])
+        note = (
+            f"wait {s['wait']:.2f}s; run {s['wall']:.0f}s; {SAMPLES / s['step']:.0f} samples/s; reward gain over "
+            f"seeds (last 3 - first 3 steps) {gains}, last-3 reward {min(s['last']):.2f}-{max(s['last']):.2f}"
+        )
+        rows.append(Row(f"offpolicy={mode}: step", s["step"], sync["step"], note=note))
+    report("offpolicy", rows)
+    return rows
