@@ -30,6 +30,7 @@ def _env(**over):
         "system_prompt": None,
         "instruction": "Give only the final answer, as <answer>ANSWER</answer>.",
         "answer_tag": "answer",
+        "answer_pattern": None,
     }
     return OmegaConf.create({**base, **over})
 
@@ -56,6 +57,16 @@ def test_rows_mix_the_tasks_by_weight_and_score_as_reasoning_gym_does():
             assert got["score"] == own(answer, entry), (response, got)
             assert got["acc"] == float(got["score"] >= 1.0)
         assert compute_score(row["data_source"], f"<answer>{entry['answer']}</answer>", None, info)["acc"] == 1.0
+    # env.answer_pattern instead of the tag: its first group in the last match, scored by the same scorer
+    patterned = next(iter(kind.rows(_env(answer_pattern=r"#### (\S+)"), "train")))
+    info, entry = patterned["extra_info"], json.loads(patterned["extra_info"]["entry"])
+    own = reasoning_gym.get_score_answer_fn(info["task"])
+    for response, answer in (
+        (f"#### 0\nso\n#### {entry['answer']}", entry["answer"]),
+        (f"<answer>{entry['answer']}</answer>", None),  # the tag is not read then
+        ("#### certainly wrong", "certainly"),
+    ):
+        assert compute_score(patterned["data_source"], response, None, info)["score"] == own(answer, entry), response
     test = list(kind.rows(env, "test"))
     assert len(test) == 16 and [r["prompt"] for r in test] != [r["prompt"] for r in rows[:16]]  # seed + 1
 
@@ -99,6 +110,14 @@ BAD = {
             "env.tasks[0].settings.max_terms: the curriculum sets basic_arithmetic's max_terms",
             "(by level: [2, 3, 4, 5, 6]).",
         ],
+    ),
+    "an answer pattern that does not compile": (
+        ["env.answer_pattern='#### ([0-9]+'"],
+        ["env.answer_pattern = '#### ([0-9]+' is not a regular expression: missing ), unterminated subpattern"],
+    ),
+    "an answer pattern without a group": (
+        ["env.answer_pattern='#### [0-9]+'"],
+        ["env.answer_pattern = '#### [0-9]+' has no group: the scorer reads the answer from the first."],
     ),
     "data beside it": (
         ["data=gsm8k"],

@@ -125,6 +125,8 @@ def problems(env) -> list[Problem]:
                     hint=f"trainctl env show {name}   (its settings and their defaults)",
                 )
             )
+    if env.answer_pattern is not None:
+        found += pattern_problems(env.answer_pattern)
     if not found and getattr(env, "curriculum", None) is not None and env.curriculum.enabled:
         found += curriculum_problems(env)
     return found
@@ -178,6 +180,7 @@ def row(env, entry: dict, task: str, index: int, split: str) -> dict[str, Any]:
             "index": index,
             "task": task,
             "answer_tag": env.answer_tag,
+            "answer_pattern": env.answer_pattern,
             # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
             "entry": json.dumps(entry, default=str),
         },
@@ -219,6 +222,21 @@ def at_level(spec: dict[str, Any], level: int) -> dict[str, Any]:
     curriculum.set_global_level(level)
     config = curriculum.generate_configuration(defaults=dict(spec["settings"]))
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in ("seed", "size")}
+
+
+def pattern_problems(pattern: str) -> list[Problem]:
+    """What is wrong with env.answer_pattern: it must compile and capture the answer in a group."""
+    import re
+
+    try:
+        groups = re.compile(pattern).groups
+    except re.error as e:
+        return [Problem(f"env.answer_pattern = {pattern!r} is not a regular expression: {e}.", key="env.answer_pattern",
+                        hint="env.answer_pattern='#### (\\S+)'   (its first group is the answer)")]  # fmt: skip
+    if groups < 1:
+        return [Problem(f"env.answer_pattern = {pattern!r} has no group: the scorer reads the answer from the first.",
+                        key="env.answer_pattern", hint=f"env.answer_pattern='({pattern})'")]  # fmt: skip
+    return []
 
 
 def curriculum_problems(env) -> list[Problem]:

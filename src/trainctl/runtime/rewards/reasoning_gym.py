@@ -2,8 +2,9 @@
 
 Every row the environment writes (trainctl.envs.reasoning_gym) carries its task and reasoning-gym's entry in
 `extra_info`; the response's answer is the text of its last <answer>...</answer> (the tag is env.answer_tag, written
-into the row), and the task's `score_answer` grades it against the entry, as reasoning-gym's own evaluations do. A
-response without the tag scores what the task gives no answer (0 for every task trainctl has tried).
+into the row), or with env.answer_pattern the first group of that expression's last match, and the task's
+`score_answer` grades it against the entry, as reasoning-gym's own evaluations do. A response without the tag scores
+what the task gives no answer (0 for every task trainctl has tried).
 
 `acc` is 1 for a full score only, so validation's acc (val-core/reasoning_gym/TASK/acc/mean@1) is each task's
 accuracy while `score` keeps the partial credit some tasks give.
@@ -12,6 +13,7 @@ accuracy while `score` keeps the partial credit some tasks give.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 
 
@@ -28,7 +30,13 @@ def score(solution_str: str, extra_info: dict) -> float:
     from reasoning_gym.utils import extract_answer
 
     entry = json.loads(extra_info["entry"])
-    answer = extract_answer(solution_str, tag_name=extra_info.get("answer_tag") or "answer")
+    pattern = extra_info.get("answer_pattern")
+    if pattern:
+        found = re.findall(pattern, solution_str)
+        last = found[-1] if found else None
+        answer = (last[0] if isinstance(last, tuple) else last).strip() if last is not None else None
+    else:
+        answer = extract_answer(solution_str, tag_name=extra_info.get("answer_tag") or "answer")
     return float(_scorer(extra_info["task"])(answer, entry))
 
 
