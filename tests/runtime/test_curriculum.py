@@ -63,6 +63,7 @@ def env_rows(tmp_path):
             "system_prompt": None,
             "instruction": "Give only the final answer, as <answer>ANSWER</answer>.",
             "answer_tag": "answer",
+            "answer_pattern": None,
             "curriculum": {"enabled": True, "window": 1, "raise_at": 0.5, "lower_at": None, "start_level": 0},
         }
     )

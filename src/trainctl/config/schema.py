@@ -179,10 +179,8 @@ class Env:
     system_prompt: str | None = opt("a system message before every prompt (null: none)")
     instruction: str | None = opt("appended to every question: the answer form the scorer reads")
     answer_tag: str = opt("the tag the scorer reads the answer from (<answer>...</answer>)", "answer")
-    answer_pattern: str | None = opt(
-        "instead of the tag: a regular expression the scorer reads the answer from, its first group in the response's "
-        "last match (e.g. '#### (\\S+)', gsm8k's form; null: the tag)"
-    )
+    answer_pattern: str | None = opt("instead of the tag: a regular expression whose first group, in the response's "
+                                     "last match, is the answer (e.g. '#### (\\S+)'; null: the tag)")  # fmt: skip
     reward_fn: str | None = opt("the scoring function reward=env calls (the kind's own)")
     max_prompt_length: int = opt("token budget of a generated prompt (data=env's)", 256, ge=1)
     max_response_length: int = opt("token budget of a response (data=env's)", 64, ge=1)

@@ -125,7 +125,7 @@ def problems(env) -> list[Problem]:
                     hint=f"trainctl env show {name}   (its settings and their defaults)",
                 )
             )
-    if env.answer_pattern is not None:
+    if getattr(env, "answer_pattern", None) is not None:
         found += pattern_problems(env.answer_pattern)
     if not found and getattr(env, "curriculum", None) is not None and env.curriculum.enabled:
         found += curriculum_problems(env)
@@ -180,7 +180,8 @@ def row(env, entry: dict, task: str, index: int, split: str) -> dict[str, Any]:
             "index": index,
             "task": task,
             "answer_tag": env.answer_tag,
-            "answer_pattern": env.answer_pattern,
+            # getattr: an env.json written before the key existed has none
+            "answer_pattern": getattr(env, "answer_pattern", None),
             # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
             "entry": json.dumps(entry, default=str),
         },
