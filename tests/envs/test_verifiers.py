@@ -207,8 +207,9 @@ def test_a_plan_writes_the_rows_once_and_env_ls_and_show_find_the_taskset(cli, i
 
 
 @pytest.mark.slow
-def test_grpo_trains_two_steps_on_a_verifiers_taskset(real_home, verifiers_venv):
-    """The tiny recipe on vf_arith for 2 steps through verl's loop: its rewards logged per step, each reward too."""
+def test_grpo_trains_two_steps_on_a_verifiers_taskset_and_eval_scores_its_held_out_split(real_home, verifiers_venv):
+    """The tiny recipe on vf_arith for 2 steps through verl's loop: its rewards logged per step, each reward too; then
+    `trainctl eval` of the run scores the taskset's held-out split, each sample as verifiers' Task.score does."""
     from trainctl.metrics import read_metrics
 
     started = time.monotonic()
@@ -236,6 +237,25 @@ def test_grpo_trains_two_steps_on_a_verifiers_taskset(real_home, verifiers_venv)
         # the total is verifiers' weighted sum of the two
         total = metrics[step]["env/vf_arith/rewards/correct"] + 0.5 * metrics[step]["env/vf_arith/rewards/tagged"]
         assert metrics[step]["env/vf_arith/reward"] == pytest.approx(total)
+
+    from tests.real_runs import trainctl
+
+    done = subprocess.run(
+        trainctl("eval", str(run.path), "--limit", "8", "n=2", "temperature=1.0"), cwd=run.work,
+        env=real_home.env(TRAINCTL_VERIFIERS_VENV=str(verifiers_venv)), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    assert "reward=env" in said and "acc by data_source: verifiers/vf_arith" in said, said[-3000:]
+    samples = [json.loads(line) for line in (run.path / "eval/samples/env/step-2.jsonl").read_text().splitlines()]
+    assert len(samples) == 8 * 2 and {s["data_source"] for s in samples} == {"verifiers/vf_arith"}
+    held_out: dict[str, list[str]] = {}
+    for s in samples:
+        held_out.setdefault(s["ground_truth"], []).append(s["response"])
+    assert not set(held_out) & set(responses), "the held-out split's tasks are not the train split's"
+    own = task_score(verifiers_venv, held_out)
+    for key in held_out:
+        assert [s["reward"] for s in samples if s["ground_truth"] == key] == [o["reward"] for o in own[key]], key
 
 
 def test_install_writes_only_into_a_folder_of_its_own(cli, tmp_path):
