@@ -44,6 +44,9 @@ def test_overlap_learns_as_sync_does_with_its_staleness_within_the_cap_at_every_
         assert "rollout_corr/rollout_is_mean" in row and row["rollout_corr/rollout_is_max"] <= 2.0 + 1e-6, step
         # a sample spans the versions it was sampled under: more than one only if aborted and resumed across a sync
         assert 1 <= row["training/off_policy/trajectory_spans/max"] <= CAP + 1, (step, row)
+        # the rollout's idle share, from step 2 on (trainctl's hf rollout servers' sampling time)
+        assert (step == 1) == ("offpolicy/rollout_idle" not in row), (step, row)
+        assert 0 <= row.get("offpolicy/rollout_idle", 0) <= 1, (step, row)
     # the first step trains on the batch submitted with it, the second on the prefetched one, sampled meanwhile on the
     # first weights. After that the rollout pauses while the trainer trains (verl's abort, which the `hf` rollout
     # honours): a batch whose requests arrived behind an abort is sampled on the new weights (0 behind), one sampled
@@ -77,6 +80,7 @@ def _split_run(real_home, name: str, *more: str):
         assert row["offpolicy/staleness_max"] == row["training/off_policy/trajectory_staleness_worst/max"]
         # a weight sync a step, through the gloo engine: the whole model
         assert row[f"{GLOO}/megabytes"] == pytest.approx(TINY_MEGABYTES, abs=1e-3) and row[f"{GLOO}/send_s"] > 0
+        assert (step == 1) == ("offpolicy/rollout_idle" not in row), (step, row)
     return run, metrics
 
 

@@ -146,14 +146,16 @@ def test_an_environments_tasks_and_the_staleness_distribution_are_key_metrics_as
         "critic/score/mean": 0.1, "env/spell_backward/reward": 0.2, "env/spell_backward/level": 1,
         "env/gcd/reward": 0.5, "offpolicy/staleness/0": 0.25, "offpolicy/staleness/10": 0.0,
         "offpolicy/staleness/1": 0.75, "offpolicy/staleness_max": 1.0, "offpolicy/trainer_wait": 0.01,
+        "offpolicy/rollout_idle": 0.97,
     }  # fmt: skip
     p.add_metrics([(1, figures)], now=1)
     labels = [s.label for s in p.shown()]
     assert labels == [
-        "reward", "staleness", "trainer wait", "gcd reward", "spell_backward reward", "spell_backward level",
+        "reward", "staleness", "trainer wait", "rollout idle", "gcd reward", "spell_backward reward", "spell_backward level",
         "staleness 0", "staleness 1", "staleness 10",
     ]  # fmt: skip
-    assert [km.label for km in key_metrics("ppo")][-2:] == ["staleness", "trainer wait"]  # no run: no patterns
+    no_run = [km.label for km in key_metrics("ppo")][-3:]  # no run: no patterns
+    assert no_run == ["staleness", "trainer wait", "rollout idle"]
 
 
 def test_dropped_samples_and_a_trainer_that_waits_are_off_policy_alerts():

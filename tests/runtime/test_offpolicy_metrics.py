@@ -35,8 +35,24 @@ def test_the_distribution_counts_each_sample_from_the_version_it_started_under()
 
 def test_the_set_reads_its_cap_from_the_launch_and_the_wait_from_verls_timing():
     batch = SimpleNamespace(tags=_tags(2, 2, 1))
-    got = OffpolicyMetrics("overlap:1").step_metrics(batch, 3, {"timing_s/gen": 0.25, "timing_s/step": 1.25})
+    got = OffpolicyMetrics("overlap:1", busy=lambda: None).step_metrics(
+        batch, 3, {"timing_s/gen": 0.25, "timing_s/step": 1.25}
+    )
     assert got["offpolicy/trainer_wait"] == 0.2 and got["offpolicy/at_cap"] == 1 / 3
-    uncapped = OffpolicyMetrics("split:")
+    uncapped = OffpolicyMetrics("split:", busy=lambda: None)
     assert uncapped.mode == "split" and uncapped.cap is None
     assert "offpolicy/trainer_wait" not in uncapped.step_metrics(batch, 3, {})
+
+
+def test_the_rollouts_idle_share_is_the_time_it_sampled_nothing_between_two_steps_figures():
+    """From the hf rollout servers' sampling seconds (the busiest's) and the trainer's clock between two steps'
+    figures: none at the first step (nothing to compare with), then 1 - sampled / elapsed, within [0, 1]."""
+    batch = SimpleNamespace(tags=[{"min_global_steps": 1}])
+    busy, clock = iter([2.0, 2.5, 4.5, 4.5]), iter([10.0, 12.0, 14.0, 14.0])
+    figures = OffpolicyMetrics("overlap:1", busy=lambda: next(busy), clock=lambda: next(clock))
+    assert "offpolicy/rollout_idle" not in figures.step_metrics(batch, 2, {})
+    assert figures.step_metrics(batch, 3, {})["offpolicy/rollout_idle"] == 0.75  # sampled 0.5 s of 2
+    assert figures.step_metrics(batch, 4, {})["offpolicy/rollout_idle"] == 0.0  # 2 of 2
+    assert "offpolicy/rollout_idle" not in figures.step_metrics(batch, 5, {})  # no time passed: no figure
+    # a vLLM rollout's servers say nothing: no figure, ever
+    assert "offpolicy/rollout_idle" not in OffpolicyMetrics("overlap:1", busy=lambda: None).step_metrics(batch, 2, {})

@@ -77,10 +77,11 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
         KeyMetric("value loss", ("critic/vf_loss",), True),
         # how far the rollout's token probabilities are from the trainer's (runs.alerts.ROLLOUT_GAP)
         KeyMetric("rollout gap", ("training/rollout_probs_diff_mean",), True),
-        # offpolicy=...: the most policy versions a sample lagged, and the share of the step the trainer waited for
-        # its batch (trainctl.runtime.offpolicy_metrics)
+        # offpolicy=...: the most policy versions a sample lagged, the share of the step the trainer waited for its
+        # batch and the share the rollout sampled nothing (trainctl.runtime.offpolicy_metrics)
         KeyMetric("staleness", ("offpolicy/staleness_max",), True),
         KeyMetric("trainer wait", ("offpolicy/trainer_wait",), True),
+        KeyMetric("rollout idle", ("offpolicy/rollout_idle",), True),
     ),
 }
 
