@@ -151,8 +151,8 @@ def test_an_environments_tasks_and_the_staleness_distribution_are_key_metrics_as
     p.add_metrics([(1, figures)], now=1)
     labels = [s.label for s in p.shown()]
     assert labels == [
-        "reward", "staleness", "trainer wait", "rollout idle", "gcd reward", "spell_backward reward", "spell_backward level",
-        "staleness 0", "staleness 1", "staleness 10",
+        "reward", "staleness", "trainer wait", "rollout idle", "gcd reward", "spell_backward reward",
+        "spell_backward level", "staleness 0", "staleness 1", "staleness 10",
     ]  # fmt: skip
     no_run = [km.label for km in key_metrics("ppo")][-3:]  # no run: no patterns
     assert no_run == ["staleness", "trainer wait", "rollout idle"]
