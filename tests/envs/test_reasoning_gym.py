@@ -277,3 +277,25 @@ def test_the_curriculum_moves_each_tasks_level_logs_it_and_a_resumed_run_goes_on
     )  # fmt: skip
     assert shown.returncode == 0 and "env/basic_arithmetic/level" in shown.stdout
     assert [ln.split()[-1] for ln in shown.stdout.splitlines() if "env/spell_backward/level" in ln] == ["2"]
+
+
+@pytest.mark.slow
+def test_an_environment_trains_with_lora_on_vllms_cpu_build(real_home):
+    """env=reasoning_gym with its curriculum, lora=r8 and hardware.rollout_engine=vllm: verl's vLLM rollout (vLLM's CPU
+    build, the adapters folded into each sync's weights) samples the environment's prompts, reasoning-gym scores them,
+    and each step logs every task's reward and level, as with the hf rollout and full weights."""
+    from trainctl.metrics import read_metrics
+
+    run = train(
+        real_home, "grpo-env-lora-vllm", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", RUN_MIX, *CURRICULUM,
+        "lora=r8", "hardware.rollout_engine=vllm", "run.max_steps=2", "logger=console", check_first=False,
+        TRAINCTL_PROGRESS_EVERY="0",
+    )  # fmt: skip
+    verl = (run.path / "verl_ppo.yaml").read_text()
+    assert "name: vllm" in verl and "lora_rank: 8" in verl, verl
+    metrics = read_metrics(run.path)
+    for step, level in ((1, 1), (2, 2)):
+        for task in ("spell_backward", "basic_arithmetic"):
+            assert f"env/{task}/reward" in metrics[step] and metrics[step][f"env/{task}/level"] == level, metrics[step]
+    # verl 0.9.1 records the adapters' rank in the checkpoint (its engine writes no lora_adapter/ folder)
+    assert json.loads((run.path / "checkpoints/global_step_2/actor/lora_train_meta.json").read_text())["r"] == 8
