@@ -17,10 +17,15 @@ def _leaves(*words: str) -> dict:
     return resolve([TINY, *words]).built.leaves
 
 
+CORRECTION = "algorithm.rollout_correction"
+BYPASS = f"{CORRECTION}.bypass_mode"  # set by the tiny recipe (TINY): true in sync with the hf rollout
+
+
 def test_off_sets_nothing_of_verls():
     default, off = _leaves(), _leaves("offpolicy=off")
     assert default == off
-    assert not [k for k in off if k.startswith(f"{V1}.") or k.startswith("algorithm.rollout_correction")]
+    assert not [k for k in off if k.startswith(f"{V1}.") or (k.startswith(CORRECTION) and k != BYPASS)]
+    assert off[BYPASS] is True  # the tiny recipe's own: the hf rollout's log-probs are the old policy's in sync
     assert resolve([TINY]).value(f"{V1}.trainer_mode") == "sync"
 
 
@@ -52,7 +57,7 @@ def test_the_correction_bounds(words, threshold):
 
 def test_correction_none_leaves_verls_defaults():
     got = _leaves("offpolicy=overlap", "offpolicy.correction=none")
-    assert not [k for k in got if k.startswith("algorithm.rollout_correction")]
+    assert [k for k in got if k.startswith(CORRECTION)] == [BYPASS] and got[BYPASS] is False  # the recipe's, off
 
 
 def test_split_shares_the_devices_and_derives_the_sync_interval():

@@ -73,8 +73,10 @@ def model_run(tmp_path_factory, tiny_model_dir, tiny_reward_model_dir, arith_dat
         with own_home(root, tiny_model_dir, arith_data_dir) as (home, work, _):
             shutil.copytree(tiny_reward_model_dir, home / "models" / "tiny-rm")
             dump = root / "dump"
+            # verl's decoupled mode (the recipe bypasses it in sync): its rollout gap is the LoRA test's evidence
             result = invoke("train", *RUN, "run.name=rm", "reward=model", "reward.model=tiny-rm",
                             "lora=r8", "actor_rollout_ref.actor.optim.lr=2e-2",
+                            "algorithm.rollout_correction.bypass_mode=false",
                             f"trainer.rollout_data_dir={dump}")  # fmt: skip
         return Run(result, work / "runs" / "rm", dump, home)
 

@@ -71,7 +71,9 @@ KEY_METRICS: dict[str, tuple[KeyMetric, ...]] = {
         KeyMetric(
             "KL", ("actor/distillation/abs_loss", "actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl"), True
         ),
-        KeyMetric("entropy", ("actor/entropy",)),
+        # verl logs actor/entropy from its old-log-prob pass; a run in bypass mode (no such pass: the tiny GRPO recipe)
+        # logs the same policy's from the update, with calculate_entropy
+        KeyMetric("entropy", ("actor/entropy", "actor/entropy_loss")),
         KeyMetric("response len", ("response_length/mean",)),
         KeyMetric("policy loss", ("actor/pg_loss",)),
         KeyMetric("value loss", ("critic/vf_loss",), True),
