@@ -39,6 +39,20 @@ def run(case: str, env: dict | None = None, signal_after: float | None = None, *
     return {"case": case, "client_pid": proc.pid, "client_code": code, **facts}
 
 
+def setup(case: str, context: dict, *args: str) -> dict:
+    """A worker started as Ray starts it in a run whose driver the server runs: through trainctl's setup_worker
+    (trainctl.runtime.forkserver_setup), with the runtime environment's context among the worker's arguments."""
+    report = os.path.join(out_dir, f"{case}.json")
+    argv = [sys.executable, forkserver.SETUP, WORKER, report, *args]
+    argv += [f"--serialized-runtime-env-context={json.dumps(context)}", "--language=PYTHON"]
+    proc = subprocess.Popen(argv, env={**os.environ, "SETUP_VAR": "from-the-raylet"}, cwd=out_dir)
+    code = proc.wait(timeout=60)
+    with open(report) as f:
+        facts = json.load(f)
+    return {"case": case, "client_pid": proc.pid, "client_code": code, **facts}
+
+
+ours = {"py_executable": forkserver.py_executable(), "env_vars": {"WORKER_VAR": "${SETUP_VAR}-${UNSET_VAR}"}}
 results = [
     run("first", {"WORKER_VAR": "one"}, None, "exit=3"),
     run("second", {"WORKER_VAR": "two"}, None, "exit=0"),
@@ -47,5 +61,8 @@ results = [
     run("other_path", {"PYTHONPATH": out_dir}, None, "exit=0"),
     run("no_server", {forkserver.SERVER_VAR: ""}, None, "exit=0"),
     run("terminated", {}, 0.2, "sleep"),
+    setup("setup", ours, "exit=4"),
+    # what trainctl's setup_worker does not do itself (a command prefix): Ray's own setup_worker.py
+    setup("setup_by_ray", {**ours, "command_prefix": ["WORKER_VAR=prefixed"]}, "exit=0"),
 ]
 print(json.dumps({"server": server, "driver": os.getpid(), "results": results}), flush=True)

@@ -80,3 +80,40 @@ def test_the_server_ends_with_its_driver(served):
     while psutil.pid_exists(server) and psutil.Process(server).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the fork server outlived its driver"
         time.sleep(0.1)
+
+
+def test_ray_starts_a_drivers_workers_through_trainctls_setup_worker_without_importing_ray(served):
+    """Ray runs `PYTHON setup_worker.py WORKER ARGS --serialized-runtime-env-context=... --language=PYTHON` for each
+    worker: trainctl's (the driver's, run_driver) sets the context's variables as Ray does and asks the server."""
+    worker = served["by_case"]["setup"]
+    assert worker["ppid"] == served["by_case"]["first"]["ppid"]  # a fork of the server
+    assert worker["argv"][1:] == ["exit=4"] and worker["client_code"] == 4  # Ray's own arguments taken out
+    assert worker["worker_var"] == "from-the-raylet-"  # ${X} from the environment, an unset one left out
+    # a context it does not handle (a command prefix) goes to Ray's setup_worker.py, which applies it
+    by_ray = served["by_case"]["setup_by_ray"]
+    assert by_ray["worker_var"] == "prefixed" and by_ray["client_code"] == 0
+
+
+DRIVER_DIR = Path(__file__).parent
+
+
+@pytest.mark.parametrize(("action", "code"), [("3", 3), ("raise", 1)])
+def test_a_python_m_driver_runs_in_the_servers_parent_and_ends_what_it_started(action, code, tmp_path):
+    """`python -m trainctl.runtime.forkserver -- python -m MODULE` runs MODULE in its own process (the PID trainctl
+    started) with Ray's setup_worker set to trainctl's, and on its end stops its processes together: SIGTERM, then
+    SIGKILL for those that ignore it (Ray's GCS and raylet take seconds), with the module's exit code."""
+    report = tmp_path / "driver.json"
+    cmd = [sys.executable, "-m", "trainctl.runtime.forkserver", "--", sys.executable, "-m", "forkserver_driver"]
+    env = {**__import__("os").environ, "PYTHONPATH": str(DRIVER_DIR)}
+    started = time.monotonic()
+    proc = subprocess.run([*cmd, str(report), action], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    facts = json.loads(report.read_text())
+    assert facts["name"] == "__main__" and facts["argv"] == [str(report), action]
+    assert facts["setup_worker"].endswith("trainctl/runtime/forkserver_setup.py")
+    assert "the driver's last line" in proc.stdout
+    if action == "raise":
+        assert "RuntimeError: the driver failed" in proc.stderr
+    for pid in facts["children"]:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert time.monotonic() - started < 15

@@ -64,7 +64,7 @@ def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
-def _wait_exited(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+def wait_exited(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
     """The processes still running after up to `timeout` seconds. A zombie has exited (only its parent's wait is
     left), so it counts as gone: psutil.wait_procs waits for a process that is not its caller's child until it is
     reaped, and a run's processes are orphans whose new parent, a container's PID 1, may reap late or never (the
@@ -96,11 +96,11 @@ def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadl
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM if p.pid not in signalled else signal.SIGKILL)
             signalled.add(p.pid)
-        alive = _wait_exited(procs.values(), grace)
+        alive = wait_exited(procs.values(), grace)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        _wait_exited(alive, 5)
+        wait_exited(alive, 5)
         if time.monotonic() - start > deadline:
             return len(signalled)
         extra = []

@@ -49,6 +49,10 @@ SERVER_VAR = "TRAINCTL_FORKSERVER"
 
 # the client, run by Ray as `<python> -S <this file> default_worker.py ARGS`: standard library only
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_client.py")
+# Ray's setup_worker.py for the driver's workers (trainctl.runtime.forkserver_setup: standard library only too)
+SETUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_setup.py")
+# seconds the driver waits after its module returns, as ray.shutdown() does at exit, before ending Ray's processes
+LAST_LINES_S = 0.5
 
 # stage 1: what a run's workers import, but Ray; the slowest first (seconds of CPU on the 2-core machine, each alone)
 LIBRARIES = (
@@ -413,14 +417,90 @@ def start(libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WOR
     return name
 
 
+def _python_module(argv: list[str]) -> str | None:
+    """The module of `PYTHON -m MODULE ARGS...` where PYTHON is this interpreter; None for any other command."""
+    if len(argv) < 3 or argv[1] != "-m":
+        return None
+    with contextlib.suppress(OSError):
+        if os.path.samefile(argv[0], sys.executable):
+            return argv[2]
+    return None
+
+
+def run_driver(module: str, args: list[str]) -> None:
+    """Run the driver's module as `python -m` would, in this process (the PID trainctl started), then end Ray's
+    processes together and exit with the module's code.
+
+    In this process, before the driver starts Ray: Ray starts its workers through trainctl.runtime.forkserver_setup
+    rather than its setup_worker.py (see there). And at the end: Ray's own shutdown at exit (ray.shutdown) stops its
+    processes one after another, up to a second each, and the interpreter then unloads torch: 2-3 s after the last
+    step of a tiny run, where terminating them all at once takes the slowest one's time."""
+    import ray._private.ray_constants as ray_constants  # Ray is the driver's first import anyway
+
+    # an absolute name: ray._private.node joins it to Ray's workers folder, which keeps an absolute path whole
+    ray_constants.SETUP_WORKER_FILENAME = SETUP
+    import runpy
+
+    sys.argv = [module, *args]
+    code: int | str | None = 0
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:
+        _end_descendants()
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # ends as Python does on an uncaught interrupt
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    # Ray's own pause before its shutdown, for the workers' last lines to reach this process's output
+    time.sleep(LAST_LINES_S)
+    _end_descendants()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0 if code is None else code & 0xFF)
+
+
+def _end_descendants(grace_s: float = 0.5) -> None:
+    """SIGTERM to every process this one started and theirs (Ray's, the fork server and its workers), together; SIGKILL
+    to those still there after grace_s (Ray's GCS and raylet take seconds to end gracefully, with nothing left to
+    keep: the run has ended)."""
+    import psutil
+
+    from trainctl.launchers.tree import wait_exited
+
+    procs = psutil.Process().children(recursive=True)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    alive = wait_exited(procs, grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    wait_exited(alive, 1.0)
+
+
 def main(argv: list[str]) -> None:
-    """`python -m trainctl.runtime.forkserver -- COMMAND...`: start the server, then become COMMAND."""
+    """`python -m trainctl.runtime.forkserver -- COMMAND...`: start the server, then become COMMAND (a driver run as
+    `python -m MODULE` with this Python runs in this process: run_driver)."""
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
         raise SystemExit("usage: python -m trainctl.runtime.forkserver -- COMMAND [ARGS...]")
     start()
-    os.execvp(argv[0], argv)
+    module = _python_module(argv)
+    if module is None:
+        os.execvp(argv[0], argv)
+    run_driver(module, argv[3:])
 
 
 if __name__ == "__main__":
