@@ -96,6 +96,44 @@ def test_the_file_logger_stays_on_whatever_logger_is_set():
     assert kept.value("trainer.logger") == ["file", "console"]
 
 
+MICRO_KEYS = (
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size_per_gpu",
+)
+
+
+@pytest.mark.parametrize(
+    ("words", "shares"),
+    [
+        ([], (64, 64, 64, 64)),  # the tiny recipe's step in one pass: 8 prompts x 8 samples on one rank
+        (["hardware=8gpu"], (8, 8, 8, 8)),  # 64 sequences over 8 ranks
+        (["actor_rollout_ref.rollout.n=4", "algorithm=ppo"], (32, 32, 32, 32)),
+        (["actor_rollout_ref.actor.ppo_mini_batch_size=4"], (32, 64, 64, 64)),  # two updates a step
+        (["hardware.micro_batch_size_per_gpu=16"], (16, 16, 16, 16)),  # under the share: as set
+    ],
+)
+def test_the_micro_batch_is_at_most_a_ranks_share_of_each_pass(words, shares):
+    """hardware.micro_batch_size_per_gpu is an upper bound (the recipe's 64): verl's engine asserts that a micro-batch
+    divides what a rank holds, so a key the mapping set above its pass's share gets the share; the plan is valid."""
+    plan = make_plan(["recipe=grpo-arith-tiny-cpu", *words], native=False, strict=False)
+    assert [p.message for p in plan.errors if "micro" in p.message] == []
+    assert tuple(plan.built.leaves[k] for k in MICRO_KEYS) == shares
+    clamped = [k for k, v in zip(MICRO_KEYS, shares, strict=True) if v < plan.cfg.hardware.micro_batch_size_per_gpu]
+    assert all(plan.built.origins[k] == verl.MICRO_ORIGIN for k in clamped)
+
+
+def test_a_micro_batch_set_on_verls_own_key_is_the_users_and_checked_as_set():
+    plan = make_plan(
+        ["recipe=grpo-arith-tiny-cpu", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=128"],
+        native=False,
+        strict=False,
+    )
+    assert plan.built.leaves["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 128
+    assert any("do not split into micro-batches" in p.message for p in plan.errors)
+
+
 def test_ppo_runs_main_ppo_on_a_ray_of_its_own_or_the_clusters():
     plan = make_plan(["algorithm=grpo", "hardware=cpu"], native=False)
     run_dir = Path(plan.cfg.run.dir).expanduser().resolve()

@@ -171,6 +171,41 @@ def forks_workers(cfg: Config) -> bool:
     return hw.fork_workers and hw.device == "cpu" and launchers.get(hw.launcher).ray == "own"
 
 
+AR = "actor_rollout_ref"
+MICRO_ORIGIN = "hardware.micro_batch_size_per_gpu: at most a rank's share (trainctl.backends.verl)"
+
+
+def _micro_batch_shares(built: DictConfig) -> dict[str, int | None]:
+    """What one rank holds of each pass that verl splits into micro-batches of a `*micro_batch_size_per_gpu`: a policy
+    or critic update's share of its mini-batch (ppo_mini_batch_size x rollout.n / data-parallel ranks), and a
+    log-prob pass's share of the step's batch (train_batch_size x rollout.n / ranks); None where it does not divide.
+
+    hardware.micro_batch_size_per_gpu is an upper bound: a key the mapping set above its pass's share gets the share
+    (one pass of everything the rank holds), since verl's engine asserts that the micro-batch divides what the rank
+    holds (verl/workers/engine/utils.py prepare_micro_batches). A recipe's "the step in one pass" then holds with any
+    rollout.n, GPU count or off-policy split; a smaller one that does not divide is still the checks' to report."""
+    value = lambda key: OmegaConf.select(built, key, default=None)  # noqa: E731
+    P, n = value("data.train_batch_size"), value(f"{AR}.rollout.n")
+    world = (value("trainer.nnodes") or 0) * (value("trainer.n_gpus_per_node") or 0)
+    if not all(isinstance(v, int) and v > 0 for v in (P, n, world)):
+        return {}
+
+    def share(sequences, sp_key: str) -> int | None:
+        dp = world // (value(sp_key) or 1)
+        return sequences // dp if isinstance(sequences, int) and dp > 0 and sequences % dp == 0 else None
+
+    actor_mini, critic_mini = value(f"{AR}.actor.ppo_mini_batch_size"), value("critic.ppo_mini_batch_size")
+    sp = f"{AR}.actor.ulysses_sequence_parallel_size"
+    return {
+        f"{AR}.actor.ppo_micro_batch_size_per_gpu": share(actor_mini * n if isinstance(actor_mini, int) else None, sp),
+        "critic.ppo_micro_batch_size_per_gpu": share(
+            critic_mini * n if isinstance(critic_mini, int) else None, "critic.ulysses_sequence_parallel_size"
+        ),
+        f"{AR}.ref.log_prob_micro_batch_size_per_gpu": share(P * n, f"{AR}.ref.ulysses_sequence_parallel_size"),
+        f"{AR}.rollout.log_prob_micro_batch_size_per_gpu": share(P * n, sp),
+    }
+
+
 def teacher_keys(cfg: Config, search) -> dict:
     """verl's distillation keys for the teacher trainctl's distillation section names (algorithm=distill): its model
     folder, and its pool of distillation.gpus GPUs (processes on cpu) on one node, served with the rollout engine's
@@ -198,6 +233,17 @@ class VerlPPO(_Verl):
 
     def defaults(self, group_choices: dict[str, str]) -> DictConfig:
         return verl_defaults("ppo_trainer", _overrides(group_choices))
+
+    def build(self, cfg: Config, comp: Composition, problems: list[Problem]) -> BuiltConfig:
+        built = super().build(cfg, comp, problems)
+        for path, share in _micro_batch_shares(built.cfg).items():
+            value = built.leaves.get(path)
+            mapped = (built.origins.get(path) or "").startswith("conf/mapping/")
+            if mapped and isinstance(value, int) and isinstance(share, int) and 0 < share < value:
+                built.leaves[path] = share
+                built.origins[path] = MICRO_ORIGIN
+                OmegaConf.update(built.cfg, path, share, merge=False)
+        return built
 
     def translate(self, cfg: Config, comp: Composition) -> list[tuple[dict, str]]:
         """The reward kind's keys (how verl scores responses: trainctl.backends.rewards), the tools section's
