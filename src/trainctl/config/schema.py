@@ -325,7 +325,7 @@ class Hardware:
     ray_address: str | None = opt("the Ray cluster: an address (ray_cluster) or a dashboard URL (ray_job)")
     rollout_tp: int = opt("rollout tensor parallel size: GPUs that hold one copy of the model for sampling", 1, ge=1)
     gpu_memory_utilization: float = opt("share of each GPU's memory the rollout engine may take", 0.5, gt=0, le=1)
-    micro_batch_size_per_gpu: int = opt("sequences per forward/backward pass on each device (verl PPO: at most)", 4, ge=1)
+    micro_batch_size_per_gpu: int = opt("sequences per forward/backward pass on each device (PPO: at most)", 4, ge=1)
     param_offload: bool = opt("keep parameters in host memory between uses (slower, frees GPU memory)", False)
     optimizer_offload: bool = opt("keep optimizer state in host memory between uses", False)
     ref_param_offload: bool = opt("offload the reference model (it only runs forward passes)", True)
