@@ -1,7 +1,11 @@
-"""offpolicy=overlap (issue 56) for real: the tiny GRPO recipe on verl's colocate_async trainer with trainctl's CPU
-rollout, as long as the session's sync GRPO run (12 steps). verl's staleness figures and trainctl's distribution are
-logged at every step and stay within the cap, the correction's figures are there, and it passes the sync run's
-learning check (tests/launch/test_learning.py's GRPO_REWARD_GAIN)."""
+"""offpolicy=overlap and split (issue 56) for real, both in the default suite.
+
+overlap: the tiny GRPO recipe on verl's colocate_async trainer with trainctl's CPU rollout, as long as the session's
+sync GRPO run (12 steps). verl's staleness figures and trainctl's distribution are logged at every step and stay
+within the cap, the correction's figures are there, and it passes the sync run's learning check
+(tests/launch/test_learning.py's GRPO_REWARD_GAIN).
+split: verl's separate_async on one node, the rollout in a process of its own fed by trainctl's gloo checkpoint engine
+(the run with nothing generated ahead is the slow suite's; the two-node one tests/launchers/test_ray_cluster.py's)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ STALENESS = [
 
 # Measured with seeds 0-2 (12 steps, on 2 cores shared with other work): the mean reward of steps 1-3 was 0.042-0.043
 # and of steps 10-12 0.224-0.282 (sync: 0.209-0.258); a step's median 1.6-1.9 s (sync 2.2 s), 52-83 s a run
-@pytest.mark.slow
 def test_overlap_learns_as_sync_does_with_its_staleness_within_the_cap_at_every_step(real_home):
     from trainctl.metrics import read_metrics
 
@@ -84,8 +87,8 @@ def _split_run(real_home, name: str, *more: str):
     return run, metrics
 
 
-# Measured (2 cores shared with other work): 41 and 47 s a test, steps 2-3 1.7-1.9 s; a sync 5-11 ms (0.8 MB)
-@pytest.mark.slow
+# Measured (2 cores shared with other work): 41 and 47 s a test, steps 2-3 1.7-1.9 s; a sync 5-11 ms (0.8 MB).
+# The default suite's split run, on one node (the two-node one is tests/launchers/test_ray_cluster.py's, slow)
 def test_split_on_cpu_generates_in_a_process_of_its_own_and_gets_the_weights_every_step(real_home):
     """offpolicy=split on hardware=cpu: verl's separate_async with a standalone `hf` rollout process fed by trainctl's
     gloo checkpoint engine, one batch generated ahead (prefetch_batches 1)."""
@@ -100,7 +103,7 @@ def test_split_on_cpu_generates_in_a_process_of_its_own_and_gets_the_weights_eve
         assert 1e-5 < metrics[step]["training/rollout_probs_diff_mean"] < 1e-2, (step, metrics[step])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the default suite has the split run above
 def test_split_on_cpu_rollout_samples_from_the_weights_the_trainer_just_sent(real_home):
     """With nothing generated ahead (prefetch_batches 0) each step's batch is generated after the last sync: the
     rollout's log-probs then equal the trainer's old log-probs to fp32 noise at every step, which holds only if the
