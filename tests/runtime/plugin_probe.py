@@ -46,4 +46,7 @@ facts["replay_buffer_patched"] = hasattr(ReplayBuffer.__init__, "__wrapped__")
 facts["compute_data_metrics"] = trainer_base.compute_data_metrics.__name__
 facts["compute_metrics"] = trainer_base.PPOTrainer._compute_metrics.__module__
 facts["validate"] = trainer_base.PPOTrainer._validate.__module__
+import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
+
+facts["agent_loop_hydra"] = type(agent_loop.hydra).__module__
 print(json.dumps(facts))

@@ -47,6 +47,10 @@ PINNED = {
     ("verl.workers.engine.fsdp.transformer_impl", "logprobs_from_logits"): (
         "dffd21fe40eb806b45d740d0753a7f969889366c80e32e354988cc20f1e9d726"
     ),
+    # Hydra as verl's agent-loop module sees it: pinned is the method that instantiates each sample's agent loop
+    ("verl.experimental.agent_loop.agent_loop", "hydra"): (
+        "32c3d607c5d4c9fa124c9d53a476689b63aeb2662f28c9cc1933fc6ec3e9e989"
+    ),
     # the trainer's metrics, with the figures trainctl adds to the training log
     (verl_patches.TRAINER, "compute_data_metrics"): (
         "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
@@ -84,6 +88,7 @@ PINNED = {
 _PINNED_USER = {
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module",
     ("transfer_queue.interface", "TransferQueueController"): "init",
+    ("verl.experimental.agent_loop.agent_loop", "hydra"): "AgentLoopWorker._run_agent_loop",
 }
 
 

@@ -75,6 +75,9 @@ PATCHES = {
         "backward for 528 tokens of the tiny model, against 1.7 ms in chunks; the tiny recipe's GRPO step does it "
         "12 times (old log-probs, reference, update: 4 micro-batches each)"
     ),
+    ("verl.experimental.agent_loop.agent_loop", "hydra"): (
+        "each sample's agent loop is built by Hydra from a bare class target (trainctl.runtime.agent_loop_speed)"
+    ),
 }
 
 TRAINER = "verl.trainer.ppo.v1.trainer_base"
@@ -467,11 +470,9 @@ def _run_in_this_process(original):
     return _run_in_subprocess
 
 
-def _trajectories(name: str):
+def _wrapper(module: str, name: str):  # one in trainctl.runtime.`module`, imported when its patch is applied
     def wrap(original):
-        from trainctl.runtime import trajectories
-
-        return getattr(trajectories, name)(original)
+        return getattr(importlib.import_module(f"trainctl.runtime.{module}"), name)(original)
 
     return wrap
 
@@ -493,9 +494,10 @@ _WRAPPERS = {
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
     "PPOTrainer.step": _step,
-    "ToolAgentLoop._handle_pending_state": _trajectories("wrap_pending_state"),
-    "ToolAgentLoop.run": _trajectories("wrap_run"),
-    "PPOTrainer._write_generations": _trajectories("wrap_write_generations"),
+    "hydra": _wrapper("agent_loop_speed", "wrap_hydra"),
+    "ToolAgentLoop._handle_pending_state": _wrapper("trajectories", "wrap_pending_state"),
+    "ToolAgentLoop.run": _wrapper("trajectories", "wrap_run"),
+    "PPOTrainer._write_generations": _wrapper("trajectories", "wrap_write_generations"),
 }
 
 
