@@ -67,7 +67,7 @@ def test_on_the_cpu_vllm_serves_in_fp32_eagerly_with_its_cpu_settings(tiny_model
     from trainctl.inference import vllm
     from trainctl.inference.model import prepare
 
-    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CACHE_ROOT"):
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CACHE_ROOT", "VLLM_RPC_BASE_PATH"):
         monkeypatch.delenv(name, raising=False)
     served = prepare("tiny", ["hardware=cpu", "hardware.rollout_engine=vllm"])
     argv = vllm.command(served, tiny_model, "127.0.0.1", 8123)
@@ -79,3 +79,4 @@ def test_on_the_cpu_vllm_serves_in_fp32_eagerly_with_its_cpu_settings(tiny_model
     from trainctl.paths import cache_dir
 
     assert env["VLLM_CACHE_ROOT"] == str(cache_dir() / "vllm") and env["VLLM_NO_USAGE_STATS"] == "1"
+    assert env["VLLM_RPC_BASE_PATH"] == str(cache_dir() / "vllm-rpc")

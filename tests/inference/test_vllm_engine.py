@@ -6,6 +6,7 @@ run (the session's quickstart SFT run): the answers are those trainctl's own sam
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.inference.test_server import LEFT_WITHIN, ServeProcess, end
+from trainctl.facts.vllm import RPC_FOLDER
 
 VLLM = ("hardware.rollout_engine=vllm",)
 # greedy answers of the two engines on the 64 test prompts: vLLM's CPU kernels (oneDNN GEMMs, its own attention) sum
@@ -87,10 +89,26 @@ def test_model_serve_on_vllm_leaves_nothing_when_killed(real_home, sft_run):
     stops its EngineCore, which outlived a SIGKILL of the server (measured)."""
     server = ServeProcess(str(sft_run.path), *VLLM, "--port", "0", env=real_home.env())
     server.url(timeout=600)
+    sockets = _unix_sockets(server.proc.pid)
     code, started, left = server.end(signal.SIGKILL)
     assert code == -signal.SIGKILL
     _vllms(started)
     assert not left, f"still running {LEFT_WITHIN:g} s after SIGKILL: {left}"
+    # vLLM's ZeroMQ sockets between its server and engine, which a kill leaves behind: in trainctl's cache, not /tmp
+    rpc = real_home.cache / RPC_FOLDER
+    assert sockets and all(Path(s).parent == rpc for s in sockets), sockets
+
+
+def _unix_sockets(pid: int) -> list[str]:
+    """The paths of the Unix sockets (bound or connected) of a process and its children named by a uuid4: vLLM's"""
+    import psutil
+
+    family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    paths = {c.laddr or c.raddr for p in family for c in p.net_connections(kind="unix")}
+    return sorted(p for p in paths if p and _UUID.fullmatch(Path(p).name))
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def test_chat_on_vllm_answers_as_eval_and_leaves_nothing_when_killed(evals, real_home, sft_run):

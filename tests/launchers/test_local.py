@@ -185,3 +185,10 @@ def test_the_trainers_own_ray_gets_a_token_of_its_own_and_a_users_cluster_keeps_
         "a cluster the trainer joins, and caches the user chose, are the user's"
     )
     assert "RAY_AUTH_TOKEN" not in trainer_env_at_start({"RAY_AUTH_MODE": "disabled"}, own_ray=True)
+    # vLLM's sockets, with a Ray of its own (this machine), in a cache whose path fits a socket's (tmp_path's may not)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tc-") as short:
+        monkeypatch.setenv("TRAINCTL_CACHE", short)
+        assert trainer_env_at_start({}, own_ray=True)["VLLM_RPC_BASE_PATH"] == f"{short}/vllm-rpc"
+        assert "VLLM_RPC_BASE_PATH" not in trainer_env_at_start({}, own_ray=False)

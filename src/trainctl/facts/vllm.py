@@ -49,3 +49,21 @@ def home_env(cache: Path, env: dict[str, str] | None = None) -> dict[str, str]:
         if not env.get(name):
             out[name] = str(cache / folder)
     return out
+
+
+# vLLM's ZeroMQ sockets between its processes (ipc://VLLM_RPC_BASE_PATH/<uuid4>, /tmp by default) outlive an engine
+# that is killed, or a server that ends without unlinking them: a test session left about ten in /tmp. They go to
+# trainctl's cache instead where the path fits a Unix socket's (107 bytes with the 37 of "/<uuid4>"); else vLLM's
+RPC_FOLDER = "vllm-rpc"
+SOCKET_PATH_MAX = 107
+
+
+def rpc_env(cache: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """VLLM_RPC_BASE_PATH under trainctl's cache folder `cache` (made), for vLLM engines on this machine, unless the
+    user chose a place or the path is too long for a socket."""
+    env = os.environ if env is None else env
+    folder = cache / RPC_FOLDER
+    if env.get("VLLM_RPC_BASE_PATH") or len(os.fsencode(folder)) + 37 > SOCKET_PATH_MAX:
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"VLLM_RPC_BASE_PATH": str(folder)}

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainctl.errors import TrainctlError
-from trainctl.facts.vllm import CPU_ENGINE_ARGS, cpu_env, home_env
+from trainctl.facts.vllm import CPU_ENGINE_ARGS, cpu_env, home_env, rpc_env
 from trainctl.inference.model import Served
 
 # verl's tool-call parser names (multi_turn.format) -> vLLM's --tool-call-parser names, where vLLM has the same format
@@ -73,6 +73,7 @@ def environment(device: str, base: dict[str, str] | None = None, quiet: bool = F
 
     env = dict(os.environ if base is None else base)
     env.update(home_env(cache_dir(), os.environ))
+    env.update(rpc_env(cache_dir(), os.environ))
     if quiet and not os.environ.get("VLLM_LOGGING_LEVEL"):
         env["VLLM_LOGGING_LEVEL"] = "ERROR"
     if device == "cpu":

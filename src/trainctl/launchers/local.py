@@ -42,10 +42,12 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
       a cluster the trainer joins (ray_cluster) is the user's, and keeps the user's settings.
     - the `datasets` library's cache (verl's and TRL's datasets load the parquet files through it: an Arrow copy of
       each) goes to trainctl's cache instead of ~/.cache/huggingface/datasets, unless the user chose a place
-      (HF_DATASETS_CACHE, HF_HOME); so do vLLM's caches and config (~/.cache/vllm, ~/.config/vllm) and wandb's
-      cache (~/.cache/wandb, where wandb-core writes a debug log per run, offline too).
+      (HF_DATASETS_CACHE, HF_HOME); so do vLLM's caches and config (~/.cache/vllm, ~/.config/vllm), with a Ray of
+      its own vLLM's sockets (/tmp), and wandb's cache (~/.cache/wandb, where wandb-core writes a debug log per run,
+      offline too).
     """
     from trainctl.facts.vllm import home_env as vllm_home_env
+    from trainctl.facts.vllm import rpc_env as vllm_rpc_env
     from trainctl.paths import cache_dir
 
     out: dict[str, str] = {}
@@ -54,6 +56,8 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
     if not (env.get("HF_DATASETS_CACHE") or env.get("HF_HOME")):
         out["HF_DATASETS_CACHE"] = str(cache_dir() / DATASETS_CACHE)
     out.update(vllm_home_env(cache_dir(), env))  # a vLLM rollout's caches and config (trainctl.facts.vllm)
+    if own_ray:  # and its sockets, on this machine (a cluster's other nodes have no such folder)
+        out.update(vllm_rpc_env(cache_dir(), env))
     if not env.get("WANDB_CACHE_DIR"):  # wandb-core's debug logs (offline too) and its artifact cache
         out["WANDB_CACHE_DIR"] = str(cache_dir() / WANDB_CACHE)
     return out
