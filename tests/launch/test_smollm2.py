@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.real_model import place
-from tests.real_runs import RealRun, shared_train
+from tests.real_runs import RealRun, shared_train, train
 
 # a GRPO step on SmolLM2 takes ~110 s on 2 cores (the policy update is 5 TFLOP): past the suite's 600 s hang guard
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -172,14 +172,15 @@ def test_the_agent_recipe_on_smollm2_is_refused_before_anything_starts(smollm2_h
 # steps, held-out 0 at steps 0 and 6, measured). Measured with the pattern (one run, the environment's seed 0, 10
 # steps, ~36 s each on 2 cores): greedy held-out accuracy 0.609 -> 0.703 (step 5) -> 0.750 (step 10), the sampled
 # train reward 0.17 -> 0.375; this test's first run 0.609 -> 0.719. Gains of 0.14 and 0.11: the 0.10 is near.
-RG_TASK = "env.tasks=[{name:basic_arithmetic,settings:{max_terms:2,max_digits:1,allow_parentheses:false,allow_negation:false,operators:['+','-']}}]"  # noqa: E501
+RG_TASK = (
+    "env.tasks=[{name:basic_arithmetic,settings:{max_terms:2,max_digits:1,allow_parentheses:false,"
+    "allow_negation:false,operators:['+','-']}}]"
+)
 RG_STEPS = 10
 RG_GAIN = 0.10  # the issue's: held-out accuracy over the starting point, in GRPO's own steps
 
 
 def test_grpo_lifts_smollm2s_held_out_accuracy_on_a_reasoning_gym_task(smollm2_home):
-    from tests.real_runs import train
-
     run = train(
         smollm2_home, "smollm2-rg", "recipe=grpo-arith-smollm2-cpu", "env=reasoning_gym", RG_TASK,
         "env.answer_pattern='(-?\\d+)\\D*$'", f"run.max_steps={RG_STEPS}", f"run.val_every={RG_STEPS // 2}",
