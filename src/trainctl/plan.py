@@ -199,9 +199,13 @@ def _prepare_env(cfg) -> None:
                 )
             ]
         )
-    if env_chosen:
-        from trainctl import envs
+    from trainctl import envs
 
+    # a verifiers taskset's toolsets and tools=verifiers, which serves them: both or neither (before rows are written)
+    found = envs.tool_problems(cfg)
+    if found:
+        raise ConfigProblems(found)
+    if env_chosen:
         envs.prepare(cfg)
 
 

@@ -130,7 +130,7 @@ def install(
 
 
 def _show_taskset(task: str, n: int) -> None:
-    from trainctl.envs.verifiers import describe
+    from trainctl.envs.verifiers import describe, toolset_problems
 
     shown = describe(task, n)
     d = shown["description"]
@@ -142,7 +142,11 @@ def _show_taskset(task: str, n: int) -> None:
                 " (needs a runtime: refused)" if fn["runtime"] else " (a plain function: refused)" if fn["sync"] else ""
             )
             typer.echo(f"  {kind[:-1]} {fn['name']}{weight}{needs}")
-    for what in ("toolsets", "judges", "needs"):
+    for t in d["toolsets"]:
+        refused = [p.message.split(") ", 1)[-1] for p in toolset_problems(d["task"], t)]
+        verdict = "refused: it " + "; it ".join(refused) if refused else "tools=verifiers serves it"
+        typer.echo(f"  toolset {t['class']} ({t['scope']} scope; {verdict})")
+    for what in ("judges", "needs"):
         if d[what]:
             typer.echo(f"  {what}: {', '.join(d[what])} (refused)")
     for i, t in enumerate(shown["tasks"], 1):

@@ -168,6 +168,34 @@ def _python():
     return sys.executable
 
 
+def _verifiers_python():
+    """verifiers' own interpreter (trainctl.facts.verifiers), or where `trainctl env install verifiers` would put it
+    (a plan without it is refused, naming that command, before any server starts)."""
+    from trainctl.facts import verifiers
+    from trainctl.paths import home_dir
+
+    found = verifiers.interpreter(home_dir())
+    return str(found or verifiers.python_of(verifiers.default_venv(home_dir())))
+
+
+def _verifiers_worker():
+    from trainctl.facts import verifiers
+
+    return str(verifiers.WORKER)
+
+
+def _verifiers_spec(taskset_id, args, path):
+    """The worker's SPEC (trainctl.runtime.verifiers_worker): the taskset's module, its config's fields and the
+    folders it is imported from (absolute: the server starts wherever the run's workers are)."""
+    import json
+
+    def plain(node):
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+    folders = [str(Path(p).expanduser().absolute()) for p in plain(path) or []]
+    return json.dumps({"id": taskset_id, "args": plain(args) or {}, "path": folders}, sort_keys=True)
+
+
 def _report_to(backends):
     rest = [b for b in backends if b not in _TRAINCTL_ONLY_LOGGERS]
     return rest or "none"
@@ -200,6 +228,9 @@ RESOLVERS = {
     "tc.builtin_tool": _builtin_tool,
     "tc.builtin_reward": _builtin_reward,
     "tc.python": _python,
+    "tc.verifiers_python": _verifiers_python,
+    "tc.verifiers_worker": _verifiers_worker,
+    "tc.verifiers_spec": _verifiers_spec,
 }
 
 

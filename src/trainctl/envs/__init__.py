@@ -47,6 +47,14 @@ def prepared(cfg: Any) -> bool:
     return current is None or current(cfg.env, Path(cfg.data.dir))
 
 
+def tool_problems(cfg: Any) -> list[Problem]:
+    """An environment whose tasks come with tools (a verifiers taskset's toolsets) and the run's tools option: each
+    needs the other (trainctl.envs.verifiers.tool_problems)."""
+    from trainctl.envs import verifiers
+
+    return verifiers.tool_problems(cfg.env, cfg.tools)
+
+
 def prepare(cfg: Any) -> Path | None:
     """Write the environment's train and held-out rows into data.dir unless they are there (None: no environment,
     or nothing to write). Raises ConfigProblems for settings the kind refuses, before anything is written."""

@@ -30,18 +30,23 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.errors import Problem, TrainctlError
+from trainctl.facts import verifiers as facts
 
-VERSION = "0.4.0"
-PIN = f"verifiers=={VERSION}"
+# what the rest of trainctl reads here (the interpreter's whereabouts are facts: the config's resolvers need them too)
+from trainctl.facts.verifiers import PIN as PIN
+from trainctl.facts.verifiers import READY as READY
+from trainctl.facts.verifiers import VENV_VAR as VENV_VAR
+from trainctl.facts.verifiers import VERSION as VERSION
+from trainctl.facts.verifiers import WORKER as WORKER
+from trainctl.facts.verifiers import python_of as python_of
+from trainctl.facts.verifiers import ready as ready
+
 INSTALL = "trainctl env install verifiers"
-# a verifiers interpreter made elsewhere (the Makefile's, beside .venv): searched before the home's
-VENV_VAR = "TRAINCTL_VERIFIERS_VENV"
-# written into a finished interpreter: one without it is half made
-READY = ".trainctl-ready"
 # written into it while trainctl makes it: a folder with it and without READY is trainctl's, half made
 MAKING = ".trainctl-making"
 PREFIX = "verifiers"
-WORKER = Path(__file__).resolve().parent.parent / "runtime" / "verifiers_worker.py"
+# the MCP server conf/tools/verifiers.yaml names: the taskset's toolsets, served by the worker's `tools` command
+SERVER = "verifiers"
 # seconds a worker may take to describe a taskset and write its rows
 PREPARE_TIMEOUT = 600
 
@@ -50,26 +55,21 @@ def default_venv() -> Path:
     """Where `trainctl env install verifiers` puts the interpreter: <home>/envs/verifiers-VERSION."""
     from trainctl.paths import home_dir
 
-    return home_dir() / "envs" / f"verifiers-{VERSION}"
+    return facts.default_venv(home_dir())
 
 
 def candidates() -> list[Path]:
     """The places interpreter() looks, in order: $TRAINCTL_VERIFIERS_VENV, then the home's."""
-    found = [Path(os.environ[VENV_VAR]).expanduser()] if os.environ.get(VENV_VAR) else []
-    return [*found, default_venv()]
+    from trainctl.paths import home_dir
 
-
-def python_of(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def ready(venv: Path) -> bool:
-    return (venv / READY).is_file() and python_of(venv).exists()
+    return facts.candidates(home_dir())
 
 
 def interpreter() -> Path | None:
     """The python of the first finished verifiers interpreter (None: none is installed)."""
-    return next((python_of(v) for v in candidates() if ready(v)), None)
+    from trainctl.paths import home_dir
+
+    return facts.interpreter(home_dir())
 
 
 def missing_problem() -> Problem:
@@ -259,15 +259,8 @@ def _refused(env, d: dict[str, Any]) -> list[Problem]:
     name, found = f"{env.id} ({d.get('task')})", []
     if d.get("empty"):
         found.append(Problem(f"env.id = {env.id!r}: the taskset loads no task.", key="env.id"))
-    if d.get("toolsets"):
-        found.append(
-            Problem(
-                f"{name} has toolsets ({', '.join(d['toolsets'])}): MCP tools need verl's agent loop, and "
-                "env=verifiers trains single-turn tasksets only.",
-                key="env.id",
-                hint="a taskset without toolsets, or tools=... with your own MCP servers (docs/guides/tools.md)",
-            )
-        )
+    for t in d.get("toolsets", []):
+        found += toolset_problems(name, t)
     for need in d.get("needs", []):
         found.append(Problem(f"{name} needs {need}, which trainctl does not provide.", key="env.id"))
     for kind in ("reward", "metric"):
@@ -303,6 +296,71 @@ def _refused(env, d: dict[str, Any]) -> list[Problem]:
     if not d.get("rewards") and not found:
         found.append(Problem(f"{name} declares no reward (@vf.reward): nothing to train on.", key="env.id"))
     return found
+
+
+def toolset_problems(name: str, t: dict) -> list[Problem]:
+    """A toolset one stdio server per agent-loop worker cannot stand for (trainctl.runtime.verifiers_worker `tools`
+    says why it can for the rest)."""
+    what = f"{name}: toolset {t['class']} ({t['scope']} scope)"
+    reasons = []
+    if t["state"]:
+        reasons.append(
+            "keeps per-rollout state (a vf.State), which verifiers syncs with each rollout over a state channel "
+            "(VF_STATE_URL) that trainctl's agent loop does not run"
+        )
+    if t["setup_task"]:
+        reasons.append("sets itself up for each rollout's task (setup_task), in a server of that rollout's own")
+    if t["url"]:
+        reasons.append(f"is a server at {t['url']}, which trainctl does not start")
+    if t["runtime"]:
+        reasons.append(f"runs in a {t['runtime']} runtime (a container or sandbox), which trainctl does not provide")
+    hint = (
+        "tools=verifiers serves toolsets that answer every rollout alike: one server for all of them per agent-loop "
+        "worker (no State, no setup_task, no url, verifiers' default subprocess runtime)"
+    )
+    return [Problem(f"{what} {reason}.", key="env.id", hint=hint) for reason in reasons]
+
+
+def tool_problems(env, tools) -> list[Problem]:
+    """env=verifiers and tools=verifiers go together exactly when the taskset has toolsets. Asked before problems()
+    (nothing is written before both agree): what problems() reports is left to it."""
+    has_server = SERVER in (tools.servers or {})
+    if env.kind != "verifiers":
+        if has_server:
+            return [
+                Problem(
+                    f"tools.servers.{SERVER} serves the toolsets of env=verifiers' taskset (tools=verifiers), and "
+                    f"env={env.name} has none.",
+                    key="tools",
+                    hint="env=verifiers env.id=MODULE, or tools=none",
+                )
+            ]
+        return []
+    python = interpreter()
+    if python is None or not env.id:
+        return []  # problems() names what is missing
+    described = prepared(env, python)
+    if described.error is not None:
+        return []  # problems() names the error
+    toolsets = [t["class"] for t in described.description.get("toolsets", [])]
+    if toolsets and not has_server:
+        return [
+            Problem(
+                f"{env.id}'s taskset has toolsets ({', '.join(toolsets)}): the model calls their tools in verl's agent "
+                f"loop, which tools=verifiers gives it (now tools={tools.name}).",
+                key="tools",
+                hint="tools=verifiers",
+            )
+        ]
+    if has_server and not toolsets:
+        return [
+            Problem(
+                f"tools=verifiers serves a taskset's toolsets, and {env.id}'s has none.",
+                key="tools",
+                hint="tools=none",
+            )
+        ]
+    return []
 
 
 def _too_few(env, n: int) -> list[Problem]:

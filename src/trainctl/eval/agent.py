@@ -268,6 +268,14 @@ def _trajectory(loop: Any, output: Any, response_length: int) -> Trajectory:
     )
 
 
+def with_turns(extra_info: dict | None, turns: list[dict]) -> dict:
+    """A row's extra_info with its trajectory's turns, where a run's reward finds them (trainctl.runtime.trajectories
+    hands them to the reward in training): eval scores the whole trajectory as training does."""
+    from trainctl.runtime.trajectories import REWARD_KEY
+
+    return {**(extra_info or {}), REWARD_KEY: json.dumps(turns, ensure_ascii=False)}
+
+
 def refuse_engine(engine: str) -> Problem | None:
     """Agent eval runs verl's tool agent loop on trainctl's sampler (hf) or vLLM's engine (vllm), in this process."""
     if engine in ("hf", "vllm"):

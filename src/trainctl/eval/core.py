@@ -328,7 +328,9 @@ def evaluate(p: Prepared, target: Target, progress: Callable[[int, int], None] |
                     "truncated": g.truncated,
                     "data_source": row["data_source"],
                     "reward_model": row["reward_model"],
-                    "extra_info": row.get("extra_info"),
+                    "extra_info": row.get("extra_info")
+                    if t is None
+                    else agent.with_turns(row.get("extra_info"), t.turns),
                     "raw_prompt": row["prompt"],
                     "uid": f"{row_index}",
                 }

@@ -8,6 +8,7 @@ checkpoint) and `_compute_metrics`, and asks EnvMetrics, each step, for
   env/TASK/level      with env.curriculum on: the task's level after the step (the next step's prompts are at it)
   env/TASK/rewards/NAME   env=verifiers: the mean of each of the taskset's rewards (its own score, unweighted), as
                       its scorer returned them beside the total (trainctl.runtime.rewards.verifiers)
+  env/TASK/metrics/NAME   env=verifiers: the mean of each of its @vf.metric figures, likewise
 
 Levels is the curriculum's rule; the dataset that holds it (trainctl.runtime.curriculum.CurriculumDataset, in the
 same process) registers it here, and the step moves it before verl saves the step's checkpoint, so the level a
@@ -94,8 +95,9 @@ def task_rewards(batch) -> dict[str, float]:
 
 
 def reward_parts(batch) -> dict[str, float]:
-    """The mean of each reward the scorer returned beside the total (its `rewards/NAME` keys, which verl keeps in each
-    response's extra_fields.reward_extra_info), per task: env/TASK/rewards/NAME."""
+    """The mean of each reward and metric the scorer returned beside the total (its `rewards/NAME` and `metrics/NAME`
+    keys, which verl keeps in each response's extra_fields.reward_extra_info), per task: env/TASK/rewards/NAME,
+    env/TASK/metrics/NAME."""
     import transfer_queue as tq
 
     data = tq.kv_batch_get(
@@ -111,7 +113,7 @@ def reward_parts(batch) -> dict[str, float]:
             continue
         task = str(source).rsplit("/", 1)[-1]
         for key, value in info.items():
-            if key.startswith("rewards/") and value is not None:
+            if key.startswith(("rewards/", "metrics/")) and value is not None:
                 parts[f"env/{task}/{key}"].append(float(value))
     return {name: sum(v) / len(v) for name, v in parts.items()}
 

@@ -10,7 +10,7 @@ module):
           (user, assistant turns with their tool calls, tool results) are appended to
           <rollout_data_dir>/turns/<step>-<pid>.jsonl, keyed by the sample key verl's dump uses
           ({uid}_{session}_{index}); a turn the loop generated but did not append (it stopped at a budget) is added
-          from its tokens.
+          from its tokens. The same turns ride to the trajectory's reward: extra_info["trainctl_turns"] (JSON).
   trainer PPOTrainer._write_generations (verl.trainer.ppo.v1.trainer_base): once verl has written N.jsonl, each
           line gets `turns` (a list of {role, content, tool_calls?}) from those records; verl's own fields stay as
           they are (`trainctl runs rollouts` and the serve platform read both).
@@ -31,6 +31,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TURNS_DIR = "turns"  # under the rollout dump folder
+# a trajectory's turns (JSON) in its reward function's extra_info (trainctl.runtime.rewards.verifiers reads them)
+REWARD_KEY = "trainctl_turns"
 # a record is looked for in the turn files of its step and of the steps just before (a trajectory generated for one
 # step can be dumped with the next, off-policy)
 STEPS_BACK = 2
@@ -121,12 +123,17 @@ def wrap_pending_state(pending):
 
 
 def wrap_run(run):
-    """ToolAgentLoop.run, writing the trajectory's turns once it ends."""
+    """ToolAgentLoop.run, writing the trajectory's turns once it ends, and handing them to its reward."""
 
     async def run_and_record(self, sampling_params, **kwargs):
         output = await run(self, sampling_params, **kwargs)
         try:
-            _record(self, kwargs)
+            turns = _turns(self)
+            if turns is not None:
+                # verl scores the trajectory after run() returns, and its reward managers add the trajectory's extra
+                # fields to the reward function's extra_info: the whole trajectory reaches the reward
+                output.extra_fields[REWARD_KEY] = json.dumps(turns, ensure_ascii=False)
+                _record(self, kwargs, turns)
         except Exception as e:  # a record only: never the trajectory's failure
             logger.warning("trainctl: no turns recorded for a trajectory: %s", e)
         return output
@@ -134,20 +141,27 @@ def wrap_run(run):
     return run_and_record
 
 
-def _record(loop: Any, kwargs: dict) -> None:
+def _turns(loop: Any) -> list[dict] | None:
     data = getattr(loop, "_trainctl_agent_data", None)
-    folder = _turns_folder(loop.config)
-    if data is None or folder is None or "uid" not in kwargs:
-        return
+    if data is None:
+        return None
     tokenizer = loop.tokenizer
     special = tuple(getattr(tokenizer, "all_special_tokens", ()) or ())
     last = tokenizer.decode(data.response_ids, skip_special_tokens=True) if data.response_ids else None
+    return turns_of(list(data.messages), data.assistant_turns, last, special)
+
+
+def _record(loop: Any, kwargs: dict, turns: list[dict]) -> None:
+    data = loop._trainctl_agent_data
+    folder = _turns_folder(loop.config)
+    if folder is None or "uid" not in kwargs:
+        return
     step = _plain(kwargs.get("global_steps"))
     record = {
         "key": f"{kwargs['uid']}_{kwargs.get('session_id', 0)}_0",
         "step": step,
         "request_id": data.request_id,  # the call log's `trajectory`
-        "turns": turns_of(list(data.messages), data.assistant_turns, last, special),
+        "turns": turns,
     }
     write_record(folder, step, record)
 

@@ -5,11 +5,20 @@ cannot share an interpreter with trainctl (mcp>=2.3).
     python verifiers_worker.py SPEC inspect    one JSON object: the taskset's rewards, metrics and what it needs
     python verifiers_worker.py SPEC prepare N  that object, then N tasks (or all of a shorter taskset), a line each
     python verifiers_worker.py SPEC serve      scores responses: a JSON request a line in, a JSON answer a line out
+    python verifiers_worker.py SPEC tools      the taskset's toolsets as one MCP server on stdio (tools=verifiers)
 
-SPEC is JSON: {"id": the taskset's module, "args": its config's fields}. A failure before the command's work prints
-{"error": ..., "stage": "import" | "config" | "load"} and exits 2. `serve` answers {"id", "score", "rewards",
-"metrics"} (or {"id", "error"}) for each request {"id", "data": a task's wire data, "response": the model's text},
-scoring several at once, in the order they finish; it ends when its stdin closes.
+SPEC is JSON: {"id": the taskset's module, "args": its config's fields, "path": folders to import it from}. A failure
+before the command's work prints {"error": ..., "stage": "import" | "config" | "load"} and exits 2. `serve` answers
+{"id", "score", "rewards", "metrics"} (or {"id", "error"}) for each request {"id", "data": a task's wire data,
+"response": the model's text, "turns": the whole trajectory when there were tool calls}, scoring several at once, in
+the order they finish; it ends when its stdin closes.
+
+`tools`: verifiers starts each Toolset as an MCP server over HTTP per rollout (task toolsets) or per worker (taskset
+toolsets), with a state channel back to the rollout. A Toolset without per-rollout state (no State subclass, no
+setup_task) answers every rollout alike, so one stdio server per agent-loop worker serves them as verifiers would:
+each toolset's own `register` on it, its tools named as verifiers' harness names them (`<server>_<tool>`, or bare
+for TOOL_PREFIX = None), its `setup()` awaited first. describe() says which toolsets are not of that kind, and the
+plan refuses them.
 """
 
 from __future__ import annotations
@@ -94,7 +103,7 @@ def describe(taskset) -> dict:
                 entry["weight"] = getattr(fn, "_vf_weight", 1.0)
             out[attr + "s"].append(entry)
     out["judges"] = [j.reward_name for j in first.plugged_judges()]
-    out["toolsets"] = [type(t).__name__ for t in (*type(taskset).toolsets(taskset.config), *cls.toolsets(first.config))]
+    out["toolsets"] = [toolset_facts(t, scope) for t, scope in toolsets(taskset, first)]
     if cls.NEEDS_CONTAINER:
         out["needs"].append("a container (NEEDS_CONTAINER)")
     for hook in ("setup", "finalize", "stage_verifier"):
@@ -104,6 +113,34 @@ def describe(taskset) -> dict:
     if env.__name__ != "SingleAgentEnv":
         out["needs"].append(f"its own environment class ({env.__name__}: several agents or turns)")
     return out
+
+
+def toolsets(taskset, first) -> list[tuple]:
+    """The taskset's toolsets (shared by its tasks) and its tasks' (one per rollout in verifiers), each with that
+    scope."""
+    shared = [(t, "taskset") for t in type(taskset).toolsets(taskset.config)]
+    return shared + [(t, "task") for t in type(first).toolsets(first.config)]
+
+
+def toolset_facts(toolset, scope: str) -> dict:
+    """What decides whether one stdio server can stand for the toolset (trainctl.envs.verifiers refuses the rest)."""
+    from verifiers.v1.mcp.server import ServerBase
+    from verifiers.v1.runtimes import SubprocessConfig
+    from verifiers.v1.state import State
+
+    config, cls = toolset.config, type(toolset)
+    runtime = getattr(config, "runtime", None)
+    return {
+        "class": cls.__name__,
+        "server": toolset.server_name,
+        "scope": scope,
+        # per-rollout state: verifiers syncs it over an HTTP channel to the rollout around every call
+        "state": toolset._state_cls is not State,
+        # per-task set-up: verifiers calls it with the rollout's task in a task toolset's own server
+        "setup_task": scope == "task" and cls.setup_task is not ServerBase.setup_task,
+        "url": getattr(config, "url", None),
+        "runtime": None if runtime is None or isinstance(runtime, SubprocessConfig) else type(runtime).__name__,
+    }
 
 
 def _is_async(fn) -> bool:
@@ -141,20 +178,19 @@ def rows(taskset, limit: int) -> None:
         fail("load", e)
 
 
-def trace_of(task, response: str):
-    """A trace of one turn: the task's messages, then the model's reply (sampled), as a rollout records it."""
+def trace_of(task, response: str, turns: list[dict] | None = None):
+    """The trace a rollout records: the task's messages, then the model's reply (sampled); or, for a trajectory with
+    tool calls, its `turns` (trainctl.runtime.trajectories: the prompt's messages, each assistant turn with its calls
+    as {name, arguments}, each tool result), its assistant turns sampled."""
     import verifiers.v1 as vf
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, TraceTask
-    from verifiers.v1.types import AssistantMessage, SystemMessage, UserMessage
 
-    kinds = {"system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage}
+    said = turns if turns else [*messages(task), {"role": "assistant", "content": response}]
     nodes = []
-    for m in messages(task):
-        nodes.append(MessageNode(parent=len(nodes) - 1 if nodes else None, message=kinds[m["role"]](**m)))
-    nodes.append(
-        MessageNode(parent=len(nodes) - 1 if nodes else None, message=AssistantMessage(content=response), sampled=True)
-    )
+    for message in chat_messages(said):
+        parent = len(nodes) - 1 if nodes else None
+        nodes.append(MessageNode(parent=parent, message=message, sampled=message.role == "assistant"))
     trace = vf.Trace(
         task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
         agent=AgentInfo(config=vf.AgentConfig(), name="trainctl"),
@@ -165,15 +201,46 @@ def trace_of(task, response: str):
     return trace
 
 
+def chat_messages(turns: list[dict]) -> list:
+    """Turns as verifiers' messages. A tool result answers the earliest call not yet answered (verl's tool loop
+    appends the results of a turn's calls in their order); calls get ids in the order they were made."""
+    import json
+
+    from verifiers.v1.types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+
+    out, waiting, made = [], [], 0
+    for t in turns:
+        role, content = t.get("role"), t.get("content") or ""
+        if role == "assistant":
+            calls = []
+            for call in t.get("tool_calls") or []:
+                arguments = call.get("arguments")
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                calls.append(ToolCall(id=f"call_{made}", name=str(call.get("name")), arguments=text))
+                made += 1
+            waiting += calls
+            out.append(AssistantMessage(content=content, tool_calls=calls or None))
+        elif role == "tool":
+            call = waiting.pop(0) if waiting else None
+            out.append(
+                ToolMessage(tool_call_id=call.id if call else "", name=call.name if call else None, content=content)
+            )
+        elif role == "system":
+            out.append(SystemMessage(content=content))
+        else:
+            out.append(UserMessage(content=content))
+    return out
+
+
 def rebuild(taskset, data: dict):
     """The task a row came from, from its wire data (TaskData is the task's data; its class the behaviour)."""
     cls = taskset.task_type()
     return cls(cls.data_type().model_validate(data), taskset.config.task)
 
 
-async def score(taskset, data: dict, response: str) -> dict:
+async def score(taskset, data: dict, response: str, turns: list[dict] | None = None) -> dict:
     task = rebuild(taskset, data)
-    trace = trace_of(task, response)
+    trace = trace_of(task, response, turns)
     await task.score(trace)
     rewards = {name: (r.score if r is not None else None) for name, r in trace.rewards.items()}
     return {"score": trace.reward, "rewards": rewards, "metrics": dict(trace.metrics)}
@@ -186,7 +253,8 @@ async def serve(taskset) -> None:
 
     async def answer(request: dict) -> None:
         try:
-            out = {"id": request["id"], **await score(taskset, request["data"], request["response"])}
+            said = await score(taskset, request["data"], request["response"], request.get("turns"))
+            out = {"id": request["id"], **said}
         except Exception as e:
             out = {"id": request.get("id"), "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
         async with lock:
@@ -211,20 +279,57 @@ async def serve(taskset) -> None:
         await asyncio.gather(*pending)
 
 
+def unservable(d: dict) -> list[str]:
+    """What the plan refused in a taskset's description (trainctl.envs.verifiers): never scored or served without it."""
+    found = [f["name"] for f in d["rewards"] + d["metrics"] if f["runtime"]] + d["needs"]
+    for t in d["toolsets"]:
+        if t["state"] or t["setup_task"] or t["url"] or t["runtime"]:
+            found.append(t["class"])
+    return found
+
+
+async def tools(taskset) -> None:
+    """The taskset's toolsets' tools, named as verifiers' harness names them, on one MCP server over stdio."""
+    from mcp.server.mcpserver import MCPServer
+
+    first = next(iter(taskset.take(1)))
+    server = MCPServer("verifiers")
+    for toolset, _ in toolsets(taskset, first):
+        await toolset.setup()
+        toolset.register(Prefixed(server, toolset.server_name))
+    await server.run_stdio_async()
+
+
+class Prefixed:
+    """An MCP server as one toolset registers on it: its tools' names prefixed with the toolset's server name (as
+    verifiers' harness qualifies them: harnesses/utils/mcp.py, connect_mcp)."""
+
+    def __init__(self, server, prefix: str):
+        self.server, self.prefix = server, prefix
+
+    def add_tool(self, fn, name: str | None = None, **kwargs):
+        name = name or fn.__name__
+        return self.server.add_tool(fn, name=f"{self.prefix}_{name}" if self.prefix else name, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.server, name)
+
+
 def main(argv: list[str]) -> None:
     spec, command = json.loads(argv[0]), argv[1]
+    # a stdio tool server starts with MCP's default environment (no PYTHONPATH): the taskset's folders from SPEC
+    sys.path[1:1] = [p for p in spec.get("path") or [] if p not in sys.path]
     taskset = load(spec)
     if command == "inspect":
         print(json.dumps(describe(taskset)), flush=True)
     elif command == "prepare":
         print(json.dumps(describe(taskset)), flush=True)
         rows(taskset, int(argv[2]))
-    elif command == "serve":
-        d = describe(taskset)
-        skipped = [f["name"] for f in d["rewards"] + d["metrics"] if f["runtime"]]
-        if skipped or d["toolsets"] or d["needs"]:  # the plan refused these: never score without them
-            fail("refused", f"needs what trainctl does not provide: {skipped + d['toolsets'] + d['needs']}")
-        asyncio.run(serve(taskset))
+    elif command in ("serve", "tools"):
+        refused = unservable(describe(taskset))
+        if refused:  # the plan refused these: never score or serve without them
+            fail("refused", f"needs what trainctl does not provide: {refused}")
+        asyncio.run(serve(taskset) if command == "serve" else tools(taskset))
     else:
         fail("usage", f"unknown command {command!r}")
 

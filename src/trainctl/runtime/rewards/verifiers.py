@@ -24,6 +24,8 @@ import subprocess
 import threading
 from concurrent.futures import Future
 
+from trainctl.runtime.trajectories import REWARD_KEY
+
 # seconds to wait for one response's scores (the worker's start included, ~3 s of verifiers' import)
 TIMEOUT = 300
 
@@ -68,12 +70,13 @@ class Worker:
         for future in left:
             future.set_exception(RuntimeError(f"verifiers' worker ended (exit {self.proc.wait()}) before scoring"))
 
-    def score(self, data: dict, response: str) -> dict:
+    def score(self, data: dict, response: str, turns: list[dict] | None = None) -> dict:
         future: Future = Future()
+        request = {"data": data, "response": response, **({"turns": turns} if turns else {})}
         with self.lock:
             request_id = next(self.ids)
             self.pending[request_id] = future
-            self.proc.stdin.write(json.dumps({"id": request_id, "data": data, "response": response}) + "\n")
+            self.proc.stdin.write(json.dumps({"id": request_id, **request}) + "\n")
             self.proc.stdin.flush()
         return future.result(timeout=TIMEOUT)
 
@@ -107,8 +110,12 @@ def close_all() -> None:
 
 
 def score(solution_str: str, extra_info: dict) -> dict:
-    """verifiers' scores of a response to the row `extra_info` describes: {score, rewards, metrics}."""
-    return worker(extra_info["spec"]).score(json.loads(extra_info["data"]), solution_str)
+    """verifiers' scores of a response to the row `extra_info` describes: {score, rewards, metrics}. A trajectory
+    with tools is scored whole: its turns (trainctl.runtime.trajectories) become the trace, tool calls and results
+    included; verl's flattened response stands for a single reply."""
+    turns = extra_info.get(REWARD_KEY)
+    turns = json.loads(turns) if isinstance(turns, str) else None
+    return worker(extra_info["spec"]).score(json.loads(extra_info["data"]), solution_str, turns)
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
