@@ -144,6 +144,7 @@ BAD = {
     ),
     "no env.id": (["env.id=null"], ["env=verifiers needs env.id: the taskset's module"]),
     "a curriculum": (["env.curriculum.enabled=true"], ["a verifiers taskset has none."]),
+    "a format credit": (["env.format_score=0.1"], ["env.format_score = 0.1: a format credit is reasoning_gym's"]),
 }  # fmt: skip
 
 

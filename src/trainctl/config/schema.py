@@ -181,19 +181,18 @@ class Env:
     answer_tag: str = opt("the tag the scorer reads the answer from (<answer>...</answer>)", "answer")
     answer_pattern: str | None = opt("instead of the tag: a regular expression whose first group, in the response's "
                                      "last match, is the answer (e.g. '#### (\\S+)'; null: the tag)")  # fmt: skip
+    format_score: float = opt("reasoning_gym: the least reward of an answer the scorer could read, right or not "
+                              "(verl's gsm8k scorer's format_score), so that a model learns the asked form first",
+                              0.0, ge=0.0, le=1.0)  # fmt: skip
     reward_fn: str | None = opt("the scoring function reward=env calls (the kind's own)")
     max_prompt_length: int = opt("token budget of a generated prompt (data=env's)", 256, ge=1)
     max_response_length: int = opt("token budget of a response (data=env's)", 64, ge=1)
     curriculum: Curriculum = opt("raise (or lower) each task's difficulty with its reward", Curriculum)
-    id: str | None = opt(
-        "verifiers: the taskset's module (importable in verifiers' interpreter, exporting one Taskset via __all__)"
-    )
+    id: str | None = opt("verifiers: the taskset's module (importable in verifiers' interpreter, exporting one "
+                         "Taskset via __all__)")  # fmt: skip
     args: dict[str, Any] = opt("verifiers: the taskset's config fields (its TasksetConfig), e.g. {size: 100}", {})
-    path: list[str] = opt(
-        "verifiers: folders on the PYTHONPATH of verifiers' interpreter, where env.id's module is (relative to the "
-        "working directory)",
-        [],
-    )
+    path: list[str] = opt("verifiers: folders on the PYTHONPATH of verifiers' interpreter, where env.id's module is "
+                          "(relative to the working directory)", [])  # fmt: skip
 
 
 @dataclass

@@ -182,6 +182,7 @@ def row(env, entry: dict, task: str, index: int, split: str) -> dict[str, Any]:
             "answer_tag": env.answer_tag,
             # getattr: an env.json written before the key existed has none
             "answer_pattern": getattr(env, "answer_pattern", None),
+            "format_score": float(getattr(env, "format_score", 0.0) or 0.0),
             # what reasoning-gym's scorer reads (its metadata too): JSON, so parquet keeps it whatever its shape
             "entry": json.dumps(entry, default=str),
         },
@@ -330,7 +331,7 @@ def describe(task: str, n: int = 3, seed: int = 0) -> Description:
         info = {"task": task, "entry": json.dumps(entry, default=str), "answer_tag": "answer"}
         answer = str(entry["answer"])
         examples.append(
-            Example(entry["question"], answer, score(f"<answer>{answer}</answer>", info), score(answer, info))
+            Example(entry["question"], answer, score(f"<answer>{answer}</answer>", info)[1], score(answer, info)[1])
         )
     curriculum = curriculum_fields(task) if _curriculum(task) is not None else None
     return Description(settings, examples[:n], curriculum)

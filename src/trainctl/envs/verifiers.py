@@ -206,6 +206,15 @@ def problems(env) -> list[Problem]:
                 hint="env.curriculum.enabled=false",
             )
         )
+    if getattr(env, "format_score", 0.0):
+        found.append(
+            Problem(
+                f"env.format_score = {env.format_score}: a format credit is reasoning_gym's; a verifiers taskset's "
+                "rewards are its own.",
+                key="env.format_score",
+                hint="env.format_score=0, or a @vf.reward for the form in the taskset",
+            )
+        )
     if env.tasks:
         found.append(
             Problem(
