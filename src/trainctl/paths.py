@@ -49,6 +49,18 @@ def cache_dir() -> Path:
     return base / "trainctl"
 
 
+# libraries that write a cache of their own under ~ on first use: the variable that moves it, and its folder under
+# trainctl's cache. matplotlib builds its font list in ~/.cache/matplotlib the first time a process imports its font
+# manager: `runs plot` does, and reasoning-gym (env=reasoning_gym: the plan, the trainer's scorer, eval) imports it.
+LIBRARY_CACHES = {"MPLCONFIGDIR": "matplotlib"}
+
+
+def library_cache_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    """Where those caches go instead (trainctl's cache), for each the user has not chosen: trainctl's CLI sets them
+    in its own environment, which every process it starts inherits."""
+    return {var: str(cache_dir() / folder) for var, folder in LIBRARY_CACHES.items() if not env.get(var)}
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a file so that readers see the old content or the new, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -146,3 +146,24 @@ def test_shell_completion_through_the_real_protocol():
     assert complete("trainctl tr", 1) == ["train"]
     assert complete("trainctl train algorithm=g", 2) == ["algorithm=grpo", "algorithm=gspo"]
     assert "hardware=2x8gpu" in complete("trainctl config show hardware=", 3)
+
+
+def test_matplotlibs_font_list_goes_to_trainctls_cache_not_home(tmp_path):
+    """reasoning-gym imports matplotlib, whose font manager writes its font list under ~/.cache/matplotlib on first
+    use: a trainctl process (and each process it starts) has it in trainctl's cache, unless MPLCONFIGDIR is chosen."""
+    import os
+
+    from trainctl.paths import library_cache_env
+
+    home, cache = tmp_path / "user", tmp_path / "tc-cache"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), TRAINCTL_HOME=str(tmp_path / "tc-home"), TRAINCTL_CACHE=str(cache))
+    shown = subprocess.run(
+        [sys.executable, "-m", "trainctl", "env", "show", "spell_backward", "-n", "1"], env=env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert list((cache / "matplotlib").glob("fontlist-*.json")), sorted(cache.rglob("*"))
+    assert list(home.rglob("*")) == []
+    assert library_cache_env({"MPLCONFIGDIR": str(tmp_path / "mine")}) == {}  # the user's choice stands

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -220,8 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
     from trainctl.import_cost import skip_sklearn
+    from trainctl.paths import library_cache_env
     from trainctl.silence import quiet_known_noise
 
+    os.environ.update(library_cache_env(os.environ))  # nothing written under ~ (matplotlib's font list)
     skip_sklearn()  # 2.4 s of CPU in each command that loads transformers' generation code
     quiet_known_noise()  # a real model's warnings on every load: to the debug log (issue 44)
     if debug():
