@@ -39,3 +39,19 @@ def with_verifiers(verifiers_venv, monkeypatch) -> Path:
 
     monkeypatch.setenv(verifiers.VENV_VAR, str(verifiers_venv))
     return verifiers_venv
+
+
+def in_verifiers(venv: Path, script: str, payload) -> object:
+    """What `script` prints (JSON), run in verifiers' interpreter with FIXTURES importable and `payload` (JSON) as its
+    argv[1]: the tests' independent readings of verifiers' own Task.score."""
+    import json
+    import subprocess
+
+    from trainctl.envs.verifiers import worker_env
+
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", script, json.dumps(payload)], env=worker_env([str(FIXTURES)]),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)

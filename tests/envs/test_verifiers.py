@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from omegaconf import OmegaConf
 
-from tests.envs.conftest import FIXTURES
+from tests.envs.conftest import FIXTURES, in_verifiers
 from tests.real_runs import train
 
 # vf_arith has 40 tasks (its config's default size): 8 held out
@@ -58,14 +58,7 @@ asyncio.run(main())
 
 def task_score(venv, responses: dict[str, list[str]]) -> dict[str, list[dict]]:
     """verifiers' own scores (REFERENCE) of responses to vf_arith's tasks, by task key."""
-    from trainctl.envs.verifiers import worker_env
-
-    reference = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", REFERENCE, json.dumps(responses)],
-        env=worker_env([str(FIXTURES)]), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    return json.loads(reference.stdout)
+    return in_verifiers(venv, REFERENCE, responses)
 
 
 def _env(**over):

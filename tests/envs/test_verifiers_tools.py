@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.envs.conftest import FIXTURES
+from tests.envs.conftest import FIXTURES, in_verifiers
 from tests.real_runs import train, trainctl
 
 TOOLS_TASKSET = ["env=verifiers", "env.id=vf_tools", f"env.path=[{FIXTURES}]", "env.test_size=8", "tools=verifiers"]
@@ -63,14 +63,7 @@ asyncio.run(main())
 
 def task_score(venv, trajectories: dict[str, list[list[dict]]]) -> dict[str, list[dict]]:
     """verifiers' own scores (REFERENCE) of trajectories of vf_tools' tasks, by task key."""
-    from trainctl.envs.verifiers import worker_env
-
-    reference = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", REFERENCE, json.dumps(trajectories)],
-        env=worker_env([str(FIXTURES)]), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    return json.loads(reference.stdout)
+    return in_verifiers(venv, REFERENCE, trajectories)
 
 
 def trajectory(question: str, expression: str | None, result: str | None, final: str) -> list[dict]:
