@@ -133,6 +133,31 @@ def test_tools_verifiers_serves_the_toolsets_to_trainctls_mcp_client(cli, isolat
     assert "Error: not an arithmetic expression" in wrong.output
 
 
+def test_a_later_plan_reads_the_tasksets_toolsets_from_its_rows(with_verifiers, tmp_path, monkeypatch):
+    """The pairing check of a plan whose rows are written reads the toolsets the rows carry: no worker starts (here
+    none could: the interpreter is gone)."""
+    from omegaconf import OmegaConf
+
+    from trainctl.data.writer import write_rows
+    from trainctl.envs import verifiers as kind
+
+    env = OmegaConf.create(
+        {"kind": "verifiers", "name": "verifiers", "id": "vf_tools", "args": {}, "path": [str(FIXTURES)], "tasks": [],
+         "train_size": 30, "test_size": 8, "seed": 0, "curriculum": {"enabled": False}}
+    )  # fmt: skip
+    assert kind.problems(env) == []
+    write_rows(tmp_path / "rl" / "train.parquet", kind.rows(env, "train"))
+    monkeypatch.setenv(kind.VENV_VAR, str(tmp_path / "gone"))
+    monkeypatch.setenv("TRAINCTL_HOME", str(tmp_path / "home"))
+    kind._PREPARED.clear()
+    without = OmegaConf.create({"name": "none", "servers": {}})
+    (problem,) = kind.tool_problems(env, without, tmp_path)
+    assert problem.message.startswith("vf_tools's taskset has toolsets (CalculatorToolset)") and problem.key == "tools"
+    assert (
+        kind.tool_problems(env, OmegaConf.create({"name": "verifiers", "servers": {"verifiers": {}}}), tmp_path) == []
+    )
+
+
 # (overrides, the lines the error must hold); each is refused before the tools' server or anything else starts
 BAD = {
     "a taskset with toolsets without tools=verifiers": (

@@ -52,7 +52,8 @@ def tool_problems(cfg: Any) -> list[Problem]:
     needs the other (trainctl.envs.verifiers.tool_problems)."""
     from trainctl.envs import verifiers
 
-    return verifiers.tool_problems(cfg.env, cfg.tools)
+    written = cfg.env.kind == "verifiers" and cfg.data.name == "env" and prepared(cfg)
+    return verifiers.tool_problems(cfg.env, cfg.tools, Path(cfg.data.dir) if written else None)
 
 
 def prepare(cfg: Any) -> Path | None:

@@ -330,9 +330,10 @@ def toolset_problems(name: str, t: dict) -> list[Problem]:
     return [Problem(f"{what} {reason}.", key="env.id", hint=hint) for reason in reasons]
 
 
-def tool_problems(env, tools) -> list[Problem]:
+def tool_problems(env, tools, written: Path | None = None) -> list[Problem]:
     """env=verifiers and tools=verifiers go together exactly when the taskset has toolsets. Asked before problems()
-    (nothing is written before both agree): what problems() reports is left to it."""
+    (nothing is written before both agree): what problems() reports is left to it. `written`: the folder of this
+    setting's rows, when they are there and current: their toolsets are read from them (no worker started)."""
     has_server = SERVER in (tools.servers or {})
     if env.kind != "verifiers":
         if has_server:
@@ -345,13 +346,17 @@ def tool_problems(env, tools) -> list[Problem]:
                 )
             ]
         return []
-    python = interpreter()
-    if python is None or not env.id:
-        return []  # problems() names what is missing
-    described = prepared(env, python)
-    if described.error is not None:
-        return []  # problems() names the error
-    toolsets = [t["class"] for t in described.description.get("toolsets", [])]
+    first = _first_row(written) if written is not None else None
+    if first is not None and first.get("toolsets") is not None:
+        toolsets = json.loads(first["toolsets"])
+    else:
+        python = interpreter()
+        if python is None or not env.id:
+            return []  # problems() names what is missing
+        described = prepared(env, python)
+        if described.error is not None:
+            return []  # problems() names the error
+        toolsets = [t["class"] for t in described.description.get("toolsets", [])]
     if toolsets and not has_server:
         return [
             Problem(
@@ -387,7 +392,9 @@ def _too_few(env, n: int) -> list[Problem]:
 
 def rows(env, split: str):
     """The split's rows (problems() found none: its worker's answer is cached)."""
-    tasks = list(_PREPARED[json.dumps(spec(env), sort_keys=True, default=str)].tasks)
+    found = _PREPARED[json.dumps(spec(env), sort_keys=True, default=str)]
+    tasks = list(found.tasks)
+    toolsets = json.dumps([t["class"] for t in found.description.get("toolsets", [])])
     random.Random(env.seed).shuffle(tasks)
     chosen = tasks[: env.test_size] if split == "test" else tasks[env.test_size : env.test_size + env.train_size]
     s = json.dumps(spec(env, interpreter()))
@@ -406,19 +413,27 @@ def rows(env, split: str):
                 # the task's wire data (the scorer rebuilds the task from it) and how to reach the taskset
                 "data": json.dumps(task["data"]),
                 "spec": s,
+                # what the next plan's tool check reads instead of asking the worker again
+                "toolsets": toolsets,
             },
         }
 
 
-def current(env, folder: Path) -> bool:
-    """Whether rows written earlier still hold: the interpreter they name is there."""
+def _first_row(folder: Path) -> dict | None:
+    """The extra_info of the first train row written into `folder` (None: none is there)."""
     rows_file = next(folder.rglob("train.parquet"), None)
     if rows_file is None:
-        return False
+        return None
     import pyarrow.parquet as pq
 
     first = pq.read_table(rows_file, columns=["extra_info"]).slice(0, 1).to_pylist()
-    python = json.loads(first[0]["extra_info"]["spec"]).get("python") if first else None
+    return first[0]["extra_info"] if first else None
+
+
+def current(env, folder: Path) -> bool:
+    """Whether rows written earlier still hold: the interpreter they name is there."""
+    first = _first_row(folder)
+    python = json.loads(first["spec"]).get("python") if first else None
     return python is not None and python == str(interpreter())
 
 
