@@ -163,6 +163,29 @@ def test_bad_input_is_one_message_before_anything_is_written(case, cli, isolated
     assert not (isolated / "data").exists(), "nothing written"
 
 
+def test_a_taskset_that_is_nowhere_is_answered_before_verifiers_is_imported(verifiers_venv):
+    """A typo in env.id costs no import of verifiers (4-5 s of CPU); a taskset on the path or one verifiers ships is
+    found as its loaders find it."""
+    from trainctl.envs.verifiers import WORKER
+
+    script = (
+        "import contextlib, io, json, sys\n"
+        f"sys.path.insert(0, {str(WORKER.parent)!r})\n"
+        "import verifiers_worker as w\n"
+        "found = {m: w._findable(m) for m in ('vf_arith', 'harbor', 'vf_nope', 'vf_nope.sub')}\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as said:\n"
+        "    try:\n"
+        "        w.load({'id': 'owner/vf-nope@1', 'args': {}})\n"
+        "    except SystemExit as e:\n"
+        "        found['exit'] = e.code\n"
+        "print(json.dumps({**found, 'said': json.loads(said.getvalue()), 'imported': 'verifiers' in sys.modules}))\n"
+    )
+    said = in_verifiers(verifiers_venv, script, {})
+    error = {"error": "taskset 'owner/vf-nope@1' not found (tried to import 'vf_nope')", "stage": "import"}
+    assert said == {"vf_arith": True, "harbor": True, "vf_nope": False, "vf_nope.sub": False, "exit": 2,
+                    "said": error, "imported": False}  # fmt: skip
+
+
 def test_without_its_interpreter_a_plan_names_the_install_command(cli, isolated, monkeypatch, tmp_path):
     from trainctl.envs import verifiers as kind
 

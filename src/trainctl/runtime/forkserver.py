@@ -14,9 +14,10 @@ forks the server and becomes the driver (exec: the driver keeps the PID trainctl
 driver (PR_SET_PDEATHSIG); the workers it forked end with Ray's raylet, as Ray's own do.
 
 The server loads in two stages:
-1. at once, while verl's driver imports and starts Ray: the libraries (torch, tensordict, transformers, peft,
-   datasets, ...), and never Ray: Ray's C++ config reads a worker's job id and raylet PID from the environment once,
-   when Ray is imported, and neither exists before Ray has started;
+1. the libraries (torch, tensordict, transformers, peft, datasets, ...), and never Ray: Ray's C++ config reads a
+   worker's job id and raylet PID from the environment once, when Ray is imported, and neither exists before Ray has
+   started. Those the driver imports too are imported by the driver before it forks the server, which inherits them;
+   the others by the server at once, while the driver imports verl and starts Ray;
 2. as soon as the driver's raylet is up (ray.init() takes seconds more): Ray, verl (with trainctl's plugin) and the
    modules of verl's workers, imported under the environment the workers will have: the driver's, with that raylet's
    PID and the job id of the cluster's first driver (Ray's own numbering). A worker that asks first waits for them
@@ -54,32 +55,38 @@ SETUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_set
 # seconds the driver waits after its module returns, as ray.shutdown() does at exit, before ending Ray's processes
 LAST_LINES_S = 0.5
 
-# stage 1: what a run's workers import, but Ray; the slowest first (seconds of CPU on the 2-core machine, each alone)
-LIBRARIES = (
+# stage 1: what a run's workers import, but Ray; the slowest first (seconds of CPU on the 2-core machine, each alone).
+# The driver's own imports (verl.trainer.main_ppo's: 5.9 s of CPU) include DRIVER_LIBRARIES: it imports them before it
+# forks the server, which inherits them, rather than the server importing them again beside it (4-5 s of CPU a run,
+# the suite's and any busy machine's); the server imports the rest
+DRIVER_LIBRARIES = (
     "torch",  # 1.3
     "tensordict",  # 2.6 with torch: torch._dynamo
     "transformers",
     "transformers.modeling_utils",
     "transformers.models.auto.modeling_auto",
     "transformers.generation.utils",
-    "peft",  # verl.utils.fsdp_utils
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
-    "torch.distributed.checkpoint",
-    "torchdata.stateful_dataloader",
     "datasets",  # verl's RL dataset
     "pandas",
     "pyarrow.parquet",
     "accelerate",
-    "trl",
     "omegaconf",
     "hydra",
     "codetiming",
+    "zmq",  # TransferQueue
+    "msgspec",
+)
+LIBRARIES = (
+    *DRIVER_LIBRARIES,
+    "peft",  # verl.utils.fsdp_utils
+    "torch.distributed.checkpoint",
+    "torchdata.stateful_dataloader",
+    "trl",
     "fastapi",  # verl's rollout servers
     "uvicorn",
     "aiohttp",
-    "zmq",  # TransferQueue
-    "msgspec",
     "networkx",
 )
 
@@ -396,6 +403,18 @@ def _follow_omp_threads(torch) -> None:
     ray_utils.set_omp_num_threads_if_unset = set_omp_num_threads_if_unset
 
 
+def preload_driver(libraries: tuple[str, ...] = DRIVER_LIBRARIES) -> None:
+    """Import, in the driver before it forks the server, the libraries both import (see DRIVER_LIBRARIES); never Ray
+    (the server imports it once the raylet is up)."""
+    from trainctl.import_cost import skip_for_run
+
+    skip_for_run()  # as the server and verl's plugin do, before any of them is imported
+    failed = _import(libraries)  # the driver imports a failed one again in its own place, and fails there as it would
+    if failed:
+        _log("not preloaded in the driver: " + "; ".join(failed))
+    assert "ray" not in sys.modules, "the driver's preload imported Ray: the server must import it after the raylet"
+
+
 def start(libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WORKER_MODULES) -> str:
     """Fork the server, which ends with this process; its name, set in this process's environment (TRAINCTL_FORKSERVER)
     for the processes it starts (the raylet, and Ray's clients through it)."""
@@ -496,8 +515,10 @@ def main(argv: list[str]) -> None:
         argv = argv[1:]
     if not argv:
         raise SystemExit("usage: python -m trainctl.runtime.forkserver -- COMMAND [ARGS...]")
-    start()
     module = _python_module(argv)
+    if module is not None:
+        preload_driver()
+    start()
     if module is None:
         os.execvp(argv[0], argv)
     run_driver(module, argv[3:])

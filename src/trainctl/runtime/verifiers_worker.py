@@ -39,6 +39,8 @@ def fail(stage: str, error: BaseException | str) -> None:
 
 def load(spec: dict):
     """The taskset SPEC names, as verifiers' own loaders build it (its config from the arguments)."""
+    if not _findable(_module(spec["id"])):  # a typo answered before verifiers' import (4-5 s of CPU)
+        fail("import", f"taskset {spec['id']!r} not found (tried to import {_module(spec['id'])!r})")
     from verifiers.v1.utils import loaders
 
     try:
@@ -59,6 +61,24 @@ def load(spec: dict):
         return loaders.load_taskset(config)
     except Exception as e:  # pydantic's lines but its links
         fail("config", "\n".join(ln for ln in str(e).splitlines() if "errors.pydantic.dev" not in ln))
+
+
+def _findable(module: str) -> bool:
+    """Whether verifiers' loaders could find `module`, without importing verifiers: on the path, or one of the tasksets
+    verifiers ships (its loaders' rule: verifiers.v1.tasksets.MODULE first)."""
+    import importlib.util
+    import os
+
+    try:
+        if importlib.util.find_spec(module) is not None:
+            return True
+        package = importlib.util.find_spec("verifiers")
+    except (ImportError, ValueError):  # a dotted name whose parent is not there
+        return False
+    if package is None or not package.submodule_search_locations:
+        return True  # no verifiers to look in: its own import fails and says so
+    shipped = os.path.join(next(iter(package.submodule_search_locations)), "v1", "tasksets", *module.split("."))
+    return os.path.isfile(shipped + ".py") or os.path.isdir(shipped)
 
 
 def _module(taskset_id: str) -> str:
