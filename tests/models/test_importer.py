@@ -214,3 +214,32 @@ def test_the_wheel_gguf_is_found_without_importing_the_package():
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path):
+    """transformers reads a GGUF file whole four times for one model and builds llama.cpp's tensor-name map once per
+    module: during an import each is made once and shared, and afterwards gguf is as it was."""
+    import gguf
+    import numpy as np
+
+    from trainctl.models.importer import _gguf_read_once
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _gguf_read_once():
+        from gguf import GGUFReader, get_tensor_name_map  # as transformers imports them, inside its functions
+
+        first = GGUFReader(str(path))
+        assert GGUFReader(path) is first and isinstance(first, reader_type)
+        assert first.fields["llama.block_count"].contents() == 2
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert get_tensor_name_map(arch, 2) is get_tensor_name_map(arch, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_type, name_map)
+    assert gguf.GGUFReader(path) is not first
