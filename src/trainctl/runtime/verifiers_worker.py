@@ -73,8 +73,10 @@ def _findable(module: str) -> bool:
         if importlib.util.find_spec(module) is not None:
             return True
         package = importlib.util.find_spec("verifiers")
-    except (ImportError, ValueError):  # a dotted name whose parent is not there
-        return False
+    except ModuleNotFoundError as e:  # a dotted name whose own package is not there
+        return e.name != module.split(".")[0]
+    except Exception:  # the package is there but its import fails: verifiers' loaders name the cause
+        return True
     if package is None or not package.submodule_search_locations:
         return True  # no verifiers to look in: its own import fails and says so
     shipped = os.path.join(next(iter(package.submodule_search_locations)), "v1", "tasksets", *module.split("."))
