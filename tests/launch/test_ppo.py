@@ -92,6 +92,7 @@ def test_a_cpu_runs_ray_workers_are_forks_of_trainctls_fork_server(grpo_run):
     log = (grpo_run.path / "logs" / "attempt-1.log").read_text()
     assert "trainctl.runtime.forkserver" in (grpo_run.path / "command.sh").read_text()
     assert "trainctl forkserver: the workers' modules preloaded in" in log
+    assert "(vLLM's among them)" not in log  # an hf run: no vLLM imported for it
     assert "declined a worker" not in log
     assert "not preloaded" not in log
     # verl's engines warn as they are imported: once, in the server, not again in each worker

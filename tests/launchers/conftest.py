@@ -1,6 +1,7 @@
 """The real clusters the launcher tests run on, one each for a pytest worker's session: a Slurm (munged, slurmctld and
 two slurmd on this host: tests/launchers/slurm_daemons.py) and a two-node Ray cluster on loopback
-(tests/launchers/ray_nodes.py). Both are stopped by PID when the session ends."""
+(tests/launchers/ray_nodes.py). Both are stopped by PID: the Slurm when the session ends, the Ray nodes when the module
+that uses them does."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def slurm(slurm_cluster, monkeypatch):
     return slurm_cluster
 
 
-@pytest.fixture(scope="session")
+# module: only test_ray_cluster.py uses the nodes, and an idle Ray cluster is not free (its GCS, raylets, agents and
+# log monitors poll: ~25 s of CPU over the 8 minutes a session-long one outlived that file by)
+@pytest.fixture(scope="module")
 def ray_two_nodes(tmp_path_factory):
     """Two Ray nodes on this host (4 logical CPUs each): hardware.ray_address for hardware.launcher=ray_cluster."""
     nodes = ray_nodes.start(tmp_path_factory.mktemp("ray-two-nodes"))

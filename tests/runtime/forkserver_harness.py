@@ -20,7 +20,7 @@ SECOND_STAGE = "forkserver_remote"
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_worker.py")
 out_dir = sys.argv[1]
 
-server = forkserver.start(libraries=("fractions",), workers=(SECOND_STAGE,))
+server = forkserver.start(libraries=("fractions",), workers=(SECOND_STAGE,), vllm_workers=())
 client = forkserver.py_executable().split()
 
 

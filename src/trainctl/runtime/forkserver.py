@@ -19,8 +19,9 @@ The server loads in two stages:
    started. Those the driver imports too are imported by the driver before it forks the server, which inherits them;
    the others by the server at once, while the driver imports verl and starts Ray;
 2. as soon as the driver's raylet is up (ray.init() takes seconds more): Ray, verl (with trainctl's plugin) and the
-   modules of verl's workers, imported under the environment the workers will have: the driver's, with that raylet's
-   PID and the job id of the cluster's first driver (Ray's own numbering). A worker that asks first waits for them
+   modules of verl's workers (verl's vLLM server's too, in a run that uses vLLM), imported under the environment the
+   workers will have: the driver's, with that raylet's PID and the job id of the cluster's first driver (Ray's own
+   numbering). A worker that asks first waits for them
    (the server's imports serve every worker, a worker's own only itself); one that asks before the server has seen a
    raylet is forked without them and imports them itself, and the server then imports them under its environment.
    Later workers start with nothing left to import.
@@ -105,6 +106,10 @@ WORKER_MODULES = (
     "transfer_queue",
     "trainctl.runtime.hf_rollout",
 )
+# and in a run that uses vLLM (trainctl.launch.runner sets TRAINCTL_NO_VLLM=1 in one that does not): verl's
+# vLLM server and the part of vLLM it imports, which the rollout server, the agent-loop workers, the request load
+# balancer and the TaskRunner each imported for themselves (2.4 s of CPU each on 2 cores)
+VLLM_WORKER_MODULES = ("verl.workers.rollout.vllm_rollout.vllm_async_server",)
 
 # what the server's imports read from the environment: a worker whose values differ gets a fresh Python
 RUN_ENV = (
@@ -183,10 +188,14 @@ class Server:
     """Forks Ray workers on request; see the module's docstring."""
 
     def __init__(
-        self, listener: socket.socket, libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WORKER_MODULES
+        self,
+        listener: socket.socket,
+        libraries: tuple[str, ...] = LIBRARIES,
+        workers: tuple[str, ...] = WORKER_MODULES,
+        vllm_workers: tuple[str, ...] = VLLM_WORKER_MODULES,
     ):
         self.listener = listener
-        self.libraries, self.workers = libraries, workers
+        self.libraries, self.workers, self.vllm_workers = libraries, workers, vllm_workers
         self.waiting: dict[int, socket.socket] = {}  # worker pid -> its client's connection, told when it ends
         # the environment the imports read (RUN_ENV's values); Ray's entries are fixed once Ray is imported
         self.run_env = {k: os.environ.get(k) for k in RUN_ENV if not k.startswith("RAY_")}
@@ -247,14 +256,16 @@ class Server:
         os.environ.update(env)
         self.run_env.update({k: env.get(k) for k in RUN_ENV})
         started = time.monotonic()
+        names = stage_two(env, self.workers, self.vllm_workers)
         with _ray_ids_from_urandom():
-            failed = _import(self.workers)
+            failed = _import(names)
         if failed:
             _log("not preloaded: " + "; ".join(failed))
         if "ray._raylet" in sys.modules and not _ray_ids_differ_across_forks():
             self.run_env["RAY_JOB_ID"] = "(Ray's ID generator was seeded before forking)"  # declines every worker
             _log("Ray's ID generator was seeded in the server: its workers would share IDs; each starts fresh")
-        _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s")
+        vllm = " (vLLM's among them)" if len(names) > len(self.workers) else ""
+        _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s{vllm}")
 
     def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int:
         sys.stdout.flush()
@@ -415,7 +426,16 @@ def preload_driver(libraries: tuple[str, ...] = DRIVER_LIBRARIES) -> None:
     assert "ray" not in sys.modules, "the driver's preload imported Ray: the server must import it after the raylet"
 
 
-def start(libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WORKER_MODULES) -> str:
+def stage_two(env: dict[str, str], workers: tuple[str, ...], vllm_workers: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules of stage 2 for workers with environment `env`: vLLM's too unless the run uses no vLLM."""
+    return workers if env.get("TRAINCTL_NO_VLLM") == "1" else (*workers, *vllm_workers)
+
+
+def start(
+    libraries: tuple[str, ...] = LIBRARIES,
+    workers: tuple[str, ...] = WORKER_MODULES,
+    vllm_workers: tuple[str, ...] = VLLM_WORKER_MODULES,
+) -> str:
     """Fork the server, which ends with this process; its name, set in this process's environment (TRAINCTL_FORKSERVER)
     for the processes it starts (the raylet, and Ray's clients through it)."""
     name = f"trainctl-forkserver-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -429,7 +449,7 @@ def start(libraries: tuple[str, ...] = LIBRARIES, workers: tuple[str, ...] = WOR
         # in this process's group, as Ray's raylet and workers are: what stops the run's group stops it too
         _die_with_parent()
         try:
-            Server(listener, libraries, workers).serve()
+            Server(listener, libraries, workers, vllm_workers).serve()
         finally:
             os._exit(0)
     listener.close()

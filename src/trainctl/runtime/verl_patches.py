@@ -133,6 +133,10 @@ VLLM_CPU_START_PATCHES = {
         "that the engine's process does not initialize CUDA. A CPU has no CUDA to keep uninitialized: the class is "
         "inspected in the process (~1.6 s). The result is cached under VLLM_CACHE_ROOT either way"
     ),
+    ("vllm.v1.engine.utils", "CoreEngineProcManager.__init__"): (
+        "vLLM spawns its engine's process on the CPU platform: a fresh Python that imports torch and vLLM anew (8-9 s "
+        "of CPU). An engine with the one-process executor is forked instead (trainctl.runtime.vllm_cpu)"
+    ),
 }
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
@@ -454,22 +458,6 @@ def _validate(original):
     return _validate
 
 
-def _dispatch_cpu_unquantized_gemm(original):
-    @functools.wraps(original)
-    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
-        return original(layer, remove_weight=False)
-
-    return dispatch_cpu_unquantized_gemm
-
-
-def _run_in_this_process(original):
-    @functools.wraps(original)
-    def _run_in_subprocess(fn):
-        return fn()
-
-    return _run_in_subprocess
-
-
 def _wrapper(module: str, name: str):  # one in trainctl.runtime.`module`, imported when its patch is applied
     def wrap(original):
         return getattr(importlib.import_module(f"trainctl.runtime.{module}"), name)(original)
@@ -488,8 +476,9 @@ _WRAPPERS = {
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
     "logprobs_from_logits": _logprobs_from_logits,
-    "dispatch_cpu_unquantized_gemm": _dispatch_cpu_unquantized_gemm,
-    "_run_in_subprocess": _run_in_this_process,
+    "dispatch_cpu_unquantized_gemm": _wrapper("vllm_cpu", "wrap_gemm_dispatch"),
+    "_run_in_subprocess": _wrapper("vllm_cpu", "wrap_model_inspection"),
+    "CoreEngineProcManager.__init__": _wrapper("vllm_cpu", "wrap_engine_processes"),
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,

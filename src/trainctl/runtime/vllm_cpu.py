@@ -12,6 +12,8 @@ What the CPU needs, each through a hook verl or Python offers (nothing here runs
   - vLLM's CPU build drops each linear layer's weight once it is packed for its kernels, and verl's weight sync loads
     the next weights into it: the server names CPUWorkerExtension (verl's _get_worker_extension_cls hook) as its
     workers' extension, which keeps the weights (trainctl.runtime.verl_patches.VLLM_CPU_PATCHES).
+  - vLLM spawns its engine's process on the CPU platform (a fresh Python importing torch and vLLM again): an engine
+    with the one-process executor is forked instead (wrap_engine_processes, one of VLLM_CPU_START_PATCHES).
 Weights travel through shared memory (verl's path where the platform has no CUDA IPC). The rest is configuration,
 set where hardware=cpu maps to verl (conf/mapping/verl_ppo.yaml: no sleep mode, no freed cache, eager mode, fp32)
 and the CPU build's environment (trainctl.facts.vllm.cpu_env, through the platform's rollout_env_vars).
@@ -43,6 +45,60 @@ def _server_class():
             return f"{__name__}.CPUWorkerExtension"
 
     return CPUvLLMHttpServer
+
+
+def wrap_gemm_dispatch(original):
+    """vLLM's CPU linear layers keep the weight they pack (verl's weight sync loads the next weights into it)."""
+
+    @functools.wraps(original)
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        return original(layer, remove_weight=False)
+
+    return dispatch_cpu_unquantized_gemm
+
+
+def wrap_model_inspection(original):
+    """vLLM's model class inspected in this process, not in a fresh Python (no CUDA to keep uninitialized)."""
+
+    @functools.wraps(original)
+    def _run_in_subprocess(fn):
+        return fn()
+
+    return _run_in_subprocess
+
+
+def wrap_engine_processes(original):
+    """vLLM's engine process (CoreEngineProcManager) forked from the process that asks for it rather than spawned,
+    when the engine runs its one worker in its own process (the "uni" executor, trainctl.facts.vllm.CPU_ENGINE_ARGS).
+
+    vLLM spawns it on the CPU: its CPU platform sets VLLM_WORKER_MULTIPROC_METHOD=spawn as it checks the config (for
+    the worker processes of its multi-process executor), and inside a Ray actor vLLM forces spawn anyway (a Ray
+    executor needs the cluster's address in the child). A spawned engine is a fresh Python that imports torch and
+    vLLM again: 8-9 s of CPU before the first sample on 2 cores, where a fork inherits them. A "uni" engine starts
+    no process and never calls Ray: in a Ray actor the fork's copy of Ray's state is inert (Ray's threads are not
+    copied), and multiprocessing's fork child ends with os._exit, running none of the parent's exit handlers. Any
+    other executor keeps vLLM's start method; so do the engine's own workers."""
+    import inspect
+    import multiprocessing
+
+    from vllm.v1.engine import utils as engine_utils
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(*args: Any, **kwargs: Any):
+        executor = signature.bind(*args, **kwargs).arguments.get("executor_class")
+        if executor is not UniProcExecutor:
+            return original(*args, **kwargs)
+        spawn_or_fork = engine_utils.get_mp_context
+        engine_utils.get_mp_context = lambda: multiprocessing.get_context("fork")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            engine_utils.get_mp_context = spawn_or_fork
+
+    return __init__
 
 
 def _worker_extension_class():
