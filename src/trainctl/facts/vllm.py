@@ -19,8 +19,8 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # the engine in the process that asks for it: each process vLLM spawns imports torch and vLLM again (8-9 s on this
 # machine), and the CPU build turns its one-process executor ("uni", CPU_ENGINE_ARGS) into one more process unless
 # this is 0. An offline engine (eval, chat) starts in 8 s instead of 23; a server (the rollout's, model serve's) keeps
-# its engine process, without the worker process beside it, and forked rather than spawned
-# (trainctl.runtime.vllm_cpu.wrap_engine_processes)
+# its engine process, without the worker process beside it (the rollout's forked rather than spawned:
+# trainctl.runtime.vllm_cpu.engine_core_forked)
 CPU_ENV_DEFAULTS = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",

@@ -133,10 +133,6 @@ VLLM_CPU_START_PATCHES = {
         "that the engine's process does not initialize CUDA. A CPU has no CUDA to keep uninitialized: the class is "
         "inspected in the process (~1.6 s). The result is cached under VLLM_CACHE_ROOT either way"
     ),
-    ("vllm.v1.engine.utils", "CoreEngineProcManager.__init__"): (
-        "vLLM spawns its engine's process on the CPU platform: a fresh Python that imports torch and vLLM anew (8-9 s "
-        "of CPU). An engine with the one-process executor is forked instead (trainctl.runtime.vllm_cpu)"
-    ),
 }
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
@@ -478,7 +474,6 @@ _WRAPPERS = {
     "logprobs_from_logits": _logprobs_from_logits,
     "dispatch_cpu_unquantized_gemm": _wrapper("vllm_cpu", "wrap_gemm_dispatch"),
     "_run_in_subprocess": _wrapper("vllm_cpu", "wrap_model_inspection"),
-    "CoreEngineProcManager.__init__": _wrapper("vllm_cpu", "wrap_engine_processes"),
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,

@@ -12,8 +12,8 @@ What the CPU needs, each through a hook verl or Python offers (nothing here runs
   - vLLM's CPU build drops each linear layer's weight once it is packed for its kernels, and verl's weight sync loads
     the next weights into it: the server names CPUWorkerExtension (verl's _get_worker_extension_cls hook) as its
     workers' extension, which keeps the weights (trainctl.runtime.verl_patches.VLLM_CPU_PATCHES).
-  - vLLM spawns its engine's process on the CPU platform (a fresh Python importing torch and vLLM again): an engine
-    with the one-process executor is forked instead (wrap_engine_processes, one of VLLM_CPU_START_PATCHES).
+  - vLLM spawns its engine's process on the CPU platform (a fresh Python importing torch and vLLM again): the
+    server forks it instead (engine_core_forked).
 Weights travel through shared memory (verl's path where the platform has no CUDA IPC). The rest is configuration,
 set where hardware=cpu maps to verl (conf/mapping/verl_ppo.yaml: no sleep mode, no freed cache, eager mode, fp32)
 and the CPU build's environment (trainctl.facts.vllm.cpu_env, through the platform's rollout_env_vars).
@@ -22,6 +22,7 @@ and the CPU build's environment (trainctl.facts.vllm.cpu_env, through the platfo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from typing import Any
 
@@ -43,6 +44,10 @@ def _server_class():
 
         def _get_worker_extension_cls(self) -> str:
             return f"{__name__}.CPUWorkerExtension"
+
+        async def run_server(self, args):
+            with engine_core_forked():
+                return await super().run_server(args)
 
     return CPUvLLMHttpServer
 
@@ -67,38 +72,36 @@ def wrap_model_inspection(original):
     return _run_in_subprocess
 
 
-def wrap_engine_processes(original):
-    """vLLM's engine process (CoreEngineProcManager) forked from the process that asks for it rather than spawned,
-    when the engine runs its one worker in its own process (the "uni" executor, trainctl.facts.vllm.CPU_ENGINE_ARGS).
+@contextlib.contextmanager
+def engine_core_forked():
+    """vLLM's engine process forked from this process rather than spawned, while vLLM starts an engine here.
 
-    vLLM spawns it on the CPU: its CPU platform sets VLLM_WORKER_MULTIPROC_METHOD=spawn as it checks the config (for
-    the worker processes of its multi-process executor), and inside a Ray actor vLLM forces spawn anyway (a Ray
-    executor needs the cluster's address in the child). A spawned engine is a fresh Python that imports torch and
-    vLLM again: 8-9 s of CPU before the first sample on 2 cores, where a fork inherits them. A "uni" engine starts
-    no process and never calls Ray: in a Ray actor the fork's copy of Ray's state is inert (Ray's threads are not
-    copied), and multiprocessing's fork child ends with os._exit, running none of the parent's exit handlers. Any
-    other executor keeps vLLM's start method; so do the engine's own workers."""
-    import inspect
+    vLLM spawns it on the CPU: its CPU platform sets VLLM_WORKER_MULTIPROC_METHOD=spawn as it checks the config, and
+    inside a Ray actor vLLM forces spawn anyway (a Ray executor needs the cluster's address in the child). A spawned
+    engine is a fresh Python that imports torch and vLLM again: 8-9 s of CPU before the first sample on 2 cores,
+    where a fork inherits them. Only for a process that has run no OpenMP parallel region, as the rollout's server
+    actor has not when it starts its engine: the fork of one that has hangs at its first parallel operation (torch's
+    OpenMP, GNU's libgomp, does not survive a fork; measured: an agent eval's engine forked from the eval's process
+    hung in vLLM's first torch.zeros). The server's engine runs its one worker in its own process (the "uni"
+    executor, trainctl.facts.vllm.CPU_ENGINE_ARGS) and never calls Ray: the fork's copy of Ray's state is inert (Ray's
+    threads are not copied), and multiprocessing's fork child ends with os._exit, running none of the server's exit
+    handlers."""
     import multiprocessing
+    import sys
 
     from vllm.v1.engine import utils as engine_utils
-    from vllm.v1.executor.uniproc_executor import UniProcExecutor
 
-    signature = inspect.signature(original)
+    spawn = engine_utils.get_mp_context
 
-    @functools.wraps(original)
-    def __init__(*args: Any, **kwargs: Any):
-        executor = signature.bind(*args, **kwargs).arguments.get("executor_class")
-        if executor is not UniProcExecutor:
-            return original(*args, **kwargs)
-        spawn_or_fork = engine_utils.get_mp_context
-        engine_utils.get_mp_context = lambda: multiprocessing.get_context("fork")
-        try:
-            return original(*args, **kwargs)
-        finally:
-            engine_utils.get_mp_context = spawn_or_fork
+    def fork():
+        print("trainctl: vLLM's engine process forked from its server, not spawned", file=sys.stderr, flush=True)
+        return multiprocessing.get_context("fork")
 
-    return __init__
+    engine_utils.get_mp_context = fork
+    try:
+        yield
+    finally:
+        engine_utils.get_mp_context = spawn
 
 
 def _worker_extension_class():

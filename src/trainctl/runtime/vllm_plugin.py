@@ -4,7 +4,7 @@ vLLM calls every general plugin in each of its processes before it builds an eng
 started it: trainctl's eval, chat and model serve, verl's rollout servers, a user's own vLLM. This one does nothing
 unless vLLM runs on its CPU platform; there it applies trainctl.runtime.verl_patches.VLLM_CPU_START_PATCHES (the
 model class inspected in the process rather than in a fresh Python: ~10 s of CPU less for each engine that starts
-with a cold cache; the engine's process forked rather than spawned: 8-9 s less for each engine that has one).
+with a cold cache).
 """
 
 from __future__ import annotations
