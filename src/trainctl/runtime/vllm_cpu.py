@@ -46,6 +46,8 @@ def _server_class():
             return f"{__name__}.CPUWorkerExtension"
 
         async def run_server(self, args):
+            if getattr(args, "distributed_executor_backend", None) != "uni":
+                return await super().run_server(args)  # its engine starts processes, or calls Ray: vLLM's way
             with engine_core_forked():
                 return await super().run_server(args)
 
@@ -82,10 +84,10 @@ def engine_core_forked():
     where a fork inherits them. Only for a process that has run no OpenMP parallel region, as the rollout's server
     actor has not when it starts its engine: the fork of one that has hangs at its first parallel operation (torch's
     OpenMP, GNU's libgomp, does not survive a fork; measured: an agent eval's engine forked from the eval's process
-    hung in vLLM's first torch.zeros). The server's engine runs its one worker in its own process (the "uni"
-    executor, trainctl.facts.vllm.CPU_ENGINE_ARGS) and never calls Ray: the fork's copy of Ray's state is inert (Ray's
-    threads are not copied), and multiprocessing's fork child ends with os._exit, running none of the server's exit
-    handlers."""
+    hung in vLLM's first torch.zeros). And only for an engine that runs its one worker in its own process (the "uni"
+    executor, trainctl.facts.vllm.CPU_ENGINE_ARGS: the server checks), which never calls Ray: the fork's copy of Ray's
+    state is inert (Ray's threads are not copied), and multiprocessing's fork child ends with os._exit, running none
+    of the server's exit handlers."""
     import multiprocessing
     import sys
 
