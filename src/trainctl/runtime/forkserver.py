@@ -108,7 +108,7 @@ WORKER_MODULES = (
 )
 # and in a run that uses vLLM (trainctl.launch.runner sets TRAINCTL_NO_VLLM=1 in one that does not): verl's
 # vLLM server and the part of vLLM it imports, which the rollout server, the agent-loop workers, the request load
-# balancer and the TaskRunner each imported for themselves (2.4 s of CPU each on 2 cores)
+# balancer, the training worker and the TaskRunner each imported for themselves (2.4 s of CPU each on 2 cores)
 VLLM_WORKER_MODULES = ("verl.workers.rollout.vllm_rollout.vllm_async_server",)
 
 # what the server's imports read from the environment: a worker whose values differ gets a fresh Python
