@@ -121,7 +121,7 @@ def test_a_python_m_driver_runs_in_the_servers_parent_and_ends_what_it_started(a
 
 def test_a_run_that_uses_vllm_gets_verls_vllm_server_preloaded_and_one_without_does_not():
     """The second stage's modules: a run trainctl marks as using no vLLM (TRAINCTL_NO_VLLM=1) is spared vLLM's
-    imports; any other gets verl's vLLM server module, which four of its processes would import each."""
+    imports; any other gets verl's vLLM server module, which five of its processes would import each."""
     from trainctl.runtime import forkserver
 
     workers, vllm = ("a", "b"), ("verl.workers.rollout.vllm_rollout.vllm_async_server",)
