@@ -13,6 +13,7 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     plan = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "logger=wandb"], native=False)
     env = launch_env(plan, attempt=2)
     assert env["VERL_PLATFORM"] == "cpu"
+    assert env["VERL_DATAPROTO_SERIALIZATION_METHOD"] == "numpy"  # read alike in every process of the run
     assert env["TRAINCTL_METRICS_PATH"] == str(tmp_path / "r" / "metrics" / "attempt-2.jsonl")
     assert env["WANDB_DIR"] == str(tmp_path / "r") and env["WANDB_PROJECT"] == "trainctl"
     assert "OMP_NUM_THREADS" not in env  # Ray's one thread a worker
@@ -20,7 +21,7 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     threads = launch_env(two)
     assert threads["OMP_NUM_THREADS"] == threads["TRAINCTL_ROLLOUT_THREADS"] == "2"
     gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
-    assert "VERL_PLATFORM" not in launch_env(gpu)
+    assert "VERL_PLATFORM" not in launch_env(gpu) and "VERL_DATAPROTO_SERIALIZATION_METHOD" not in launch_env(gpu)
     assert full_command(gpu).env["RAY_ADDRESS"] == "local"  # never a caller's cluster for a local run
 
 

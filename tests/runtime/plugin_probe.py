@@ -4,6 +4,7 @@ later could change it."""
 
 import json
 import sys
+from pathlib import Path
 
 import verl  # noqa: F401 - loads trainctl's plugin (entry point group verl.plugins), as every verl process does
 import verl.utils.distributed as distributed
@@ -49,4 +50,8 @@ facts["validate"] = trainer_base.PPOTrainer._validate.__module__
 import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
 
 facts["agent_loop_hydra"] = type(agent_loop.hydra).__module__
+import verl.workers.engine.fsdp.transformer_impl as engine  # noqa: E402
+
+# the file of the code that runs (the wrapper keeps the name and module of what it wraps)
+facts["forward_step"] = Path(engine.FSDPEngineWithLMHead.forward_step.__code__.co_filename).name
 print(json.dumps(facts))

@@ -51,6 +51,9 @@ PINNED = {
     ("verl.experimental.agent_loop.agent_loop", "hydra"): (
         "32c3d607c5d4c9fa124c9d53a476689b63aeb2662f28c9cc1933fc6ec3e9e989"
     ),
+    ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead.forward_step"): (
+        "ec2681395b00c6549e17003cc3eb93703a537ab6689c69195e7ce983fedc60b7"
+    ),
     # the trainer's metrics, with the figures trainctl adds to the training log
     (verl_patches.TRAINER, "compute_data_metrics"): (
         "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
@@ -134,6 +137,9 @@ def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
     assert "CPUOffloadPolicy(pin_memory=True)" in inspect.getsource(impl.FSDPEngine._build_fsdp_module)
     load = verl_patches.original("verl.utils.model", "load_valuehead_model") or model.load_valuehead_model
     assert 'attn_implementation="flash_attention_2"' in inspect.getsource(load)
+    step = verl_patches.original(impl.__name__, "FSDPEngineWithLMHead.forward_step")
+    step = step or impl.FSDPEngineWithLMHead.forward_step
+    assert "micro_batch = micro_batch.to(get_device_id())" in inspect.getsource(step)
 
 
 def test_the_replay_buffer_still_sleeps_a_poll_interval_that_no_config_sets():

@@ -76,7 +76,11 @@ PATCHES = {
         "12 times (old log-probs, reference, update: 4 micro-batches each)"
     ),
     ("verl.experimental.agent_loop.agent_loop", "hydra"): (
-        "each sample's agent loop is built by Hydra from a bare class target (trainctl.runtime.agent_loop_speed)"
+        "each sample's agent loop is built by Hydra from a bare class target (trainctl.runtime.step_speed)"
+    ),
+    ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead.forward_step"): (
+        "moves each micro-batch to the device, which on a CPU moves no tensor but rebuilds every non-tensor entry "
+        "(trainctl.runtime.step_speed)"
     ),
 }
 
@@ -478,7 +482,8 @@ _WRAPPERS = {
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
     "PPOTrainer.step": _step,
-    "hydra": _wrapper("agent_loop_speed", "wrap_hydra"),
+    "hydra": _wrapper("step_speed", "wrap_hydra"),
+    "FSDPEngineWithLMHead.forward_step": _wrapper("step_speed", "wrap_forward_step"),
     "ToolAgentLoop._handle_pending_state": _wrapper("trajectories", "wrap_pending_state"),
     "ToolAgentLoop.run": _wrapper("trajectories", "wrap_run"),
     "PPOTrainer._write_generations": _wrapper("trajectories", "wrap_write_generations"),

@@ -1,0 +1,98 @@
+"""What verl does in every step that a CPU run pays for beyond what it computes, done once or not at all where the
+result is the same (verl patches: trainctl.runtime.verl_patches lists them, tests/runtime/test_verl_patches.py pins
+the code they replace).
+
+Each sample's agent loop. verl 0.9.1's AgentLoopWorker._run_agent_loop builds each sample's agent loop with
+`hydra.utils.instantiate` of the registry's `{"_target_": "module.Class"}`: Hydra makes an OmegaConf config of the
+target and the eight objects it is given, merges them, then locates the class by name and calls it with them.
+Measured with py-spy on the tiny GRPO recipe's agent-loop worker: 14% of its CPU, which a step waited for (the worker
+was busy through most of the generation phase: 0.70-0.80 s of it before, 0.60-0.64 s after, docs/guides/cpu.md). For
+such an entry (a class target and nothing else, which is what verl's `@register` writes) the class is located once
+and called with the same arguments: the same object as Hydra makes. Any other entry (an agent-loop config file's,
+with arguments of its own) goes to Hydra as before.
+
+Each micro-batch of a training pass. FSDPEngineWithLMHead.forward_step starts with `micro_batch.to(device)`. The
+micro-batch's tensors are in CPU memory already on the cpu platform, but the TensorDict names no device, so
+tensordict rebuilds every non-tensor entry (a tensorclass per sample and field: the prompt, the reward's ground
+truth, the agent loop's metrics...) to say "cpu": 0.12-0.17 s of the tiny recipe's 0.39-0.52 s reference pass on a
+slow host (measured by skipping it). On the cpu platform the micro-batch comes in as the same entries under a
+TensorDict that names the cpu device, which `to` returns as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def _located(target: str):
+    from hydra.utils import get_object
+
+    return get_object(target)
+
+
+def instantiate(original, config: Any, *args, **kwargs):
+    """`hydra.utils.instantiate(config, **kwargs)` (`original`), without Hydra's config for a bare class target."""
+    if not args and type(config) is dict and config.keys() == {"_target_"}:
+        target = _located(config["_target_"])
+        if isinstance(target, type):
+            return target(**kwargs)
+    return original(config, *args, **kwargs)
+
+
+class _Utils:
+    def __init__(self, utils):
+        self._utils = utils
+
+    def instantiate(self, config, *args, **kwargs):
+        return instantiate(self._utils.instantiate, config, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._utils, name)
+
+
+class Hydra:
+    """The `hydra` module as verl's agent-loop module sees it: `hydra.utils.instantiate` with the fast path above,
+    everything else Hydra's own."""
+
+    def __init__(self, hydra):
+        self._hydra = hydra
+        self.utils = _Utils(hydra.utils)
+
+    def __getattr__(self, name: str):
+        return getattr(self._hydra, name)
+
+
+def wrap_hydra(original):
+    return Hydra(original)
+
+
+def on_the_cpu(micro_batch):
+    """`micro_batch.to("cpu")` on the cpu platform, where every tensor is in CPU memory: the same entries (each the
+    very object) under a TensorDict that names the cpu device. Anything else (a lazy stack, a locked or named
+    TensorDict, one that names a device) is returned as it is, for verl's own `to`."""
+    from tensordict import TensorDict
+
+    if (
+        type(micro_batch) is not TensorDict
+        or micro_batch.device is not None
+        or micro_batch.is_locked
+        or any(name is not None for name in micro_batch.names)
+    ):
+        return micro_batch
+    # tensordict's constructor would move (rebuild) each entry to the device: the entries are kept as they are
+    entries = dict(micro_batch.items())
+    return TensorDict._new_unsafe(entries, batch_size=micro_batch.batch_size, device="cpu", nested=False)
+
+
+def wrap_forward_step(original):
+    @functools.wraps(original)
+    def forward_step(self, micro_batch, loss_function, forward_only):
+        from verl.utils.device import get_device_name
+
+        if get_device_name() == "cpu":
+            micro_batch = on_the_cpu(micro_batch)
+        return original(self, micro_batch, loss_function, forward_only)
+
+    return forward_step

@@ -1,0 +1,126 @@
+"""trainctl.runtime.step_speed: each sample's agent loop built without Hydra's config where that makes the same
+object (a bare class target, as verl's @register writes), by Hydra otherwise."""
+
+from __future__ import annotations
+
+import hydra
+import pytest
+import torch
+
+from trainctl.runtime import step_speed
+
+
+class Loop:
+    def __init__(self, trainer_config, server_manager, tokenizer=None, **kwargs):
+        self.args = (trainer_config, server_manager, tokenizer, kwargs)
+
+
+TARGET = {"_target_": f"{__name__}.Loop"}
+
+
+def _hydra_must_not_run(*args, **kwargs):
+    raise AssertionError("Hydra was called")
+
+
+def test_a_bare_class_target_is_the_object_hydra_makes_without_hydra():
+    """The same class and arguments, each the very object passed (Hydra keeps objects as they are: allow_objects)."""
+    config, manager, extra = object(), object(), object()
+    by_hydra = hydra.utils.instantiate(TARGET, trainer_config=config, server_manager=manager, tokenizer=None, x=extra)
+    fast = step_speed.instantiate(
+        _hydra_must_not_run, TARGET, trainer_config=config, server_manager=manager, tokenizer=None, x=extra
+    )
+    assert type(fast) is type(by_hydra) is Loop
+    assert fast.args == by_hydra.args and all(a is b for a, b in zip(fast.args[:2], by_hydra.args[:2], strict=True))
+    assert fast.args[3]["x"] is extra
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{**TARGET, "tokenizer": "from the config"}, {"_target_": f"{__name__}.TARGET.get"}],
+    ids=["arguments of its own", "not a class"],
+)
+def test_anything_else_goes_to_hydra(config):
+    calls = []
+
+    def original(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "hydra's"
+
+    assert step_speed.instantiate(original, config, trainer_config=1) == "hydra's"
+    assert calls == [((config,), {"trainer_config": 1})]
+
+
+def test_the_module_stands_in_for_hydra_and_verl_still_registers_bare_targets():
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    assert _agent_loop_registry["single_turn_agent"] == {
+        "_target_": f"{SingleTurnAgentLoop.__module__}.{SingleTurnAgentLoop.__qualname__}"
+    }
+    stand_in = step_speed.wrap_hydra(hydra)
+    assert stand_in.utils.get_class is hydra.utils.get_class and stand_in.main is hydra.main
+    assert type(stand_in.utils.instantiate(TARGET, trainer_config=1, server_manager=2)) is Loop
+
+
+def test_a_cpu_process_gets_the_stand_in_once_it_imports_the_agent_loop(plugin_probe):
+    assert plugin_probe(VERL_PLATFORM="cpu")["agent_loop_hydra"] == "trainctl.runtime.step_speed"
+
+
+def _micro_batch():
+    """A micro-batch as verl's training passes get it from TransferQueue: tensors, jagged ones, per-sample non-tensor
+    entries, and no device named."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rows = [
+        {
+            "input_ids": torch.arange(5 + i),
+            "response_mask": torch.ones(4, dtype=torch.long),
+            "raw_prompt": [{"role": "user", "content": f"{i}+1="}],
+            "reward_model": {"ground_truth": str(i + 1)},
+            "uid": f"u{i}",
+        }
+        for i in range(4)
+    ]
+    return list_of_dict_to_tensordict(rows)
+
+
+def test_a_micro_batch_on_the_cpu_is_verls_to_cpu_with_every_entry_kept():
+    micro_batch = _micro_batch()
+    by_verl = micro_batch.to("cpu")
+    fast = step_speed.on_the_cpu(micro_batch)
+    assert fast.device == by_verl.device and fast.batch_size == by_verl.batch_size
+    assert set(fast.keys()) == set(by_verl.keys())
+    for key, entry in micro_batch.items():
+        assert fast.get(key) is entry  # kept, not rebuilt
+    assert fast["response_mask"].equal(by_verl["response_mask"])
+    assert fast["input_ids"].offsets().equal(by_verl["input_ids"].offsets())
+    for key in ("raw_prompt", "reward_model", "uid"):
+        assert fast[key] == by_verl[key]
+    assert fast.to("cpu") is fast  # what verl's forward_step does with it: nothing
+
+
+def test_what_is_not_a_plain_unplaced_tensordict_goes_to_verls_own_to():
+    from tensordict import TensorDict
+
+    placed = TensorDict({"a": torch.zeros(2)}, batch_size=[2], device="cpu")
+    named = TensorDict({"a": torch.zeros(2)}, batch_size=[2], names=["sample"])
+    lazy = TensorDict.lazy_stack([TensorDict({"a": torch.zeros(1)}, []), TensorDict({"a": torch.zeros(1)}, [])])
+    for micro_batch in (placed, named, lazy, _micro_batch().lock_()):
+        assert step_speed.on_the_cpu(micro_batch) is micro_batch
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_forward_step_gets_the_cpu_micro_batch_only_on_the_cpu_platform(monkeypatch, device):
+    import verl.utils.device
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: device)
+    seen = []
+    forward_step = step_speed.wrap_forward_step(lambda self, batch, loss, only: seen.append(batch) or "out")
+    micro_batch = _micro_batch()
+    assert forward_step(None, micro_batch, None, True) == "out"
+    assert (seen[0] is micro_batch) == (device == "cuda")
+    assert seen[0].device == (torch.device("cpu") if device == "cpu" else None)
+
+
+def test_a_cpu_process_gets_the_engine_wrapper_once_it_imports_the_engine(plugin_probe):
+    assert plugin_probe(VERL_PLATFORM="cpu")["forward_step"] == "step_speed.py"
