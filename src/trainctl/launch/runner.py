@@ -111,9 +111,9 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
     hw = plan.cfg.hardware
     if hw.device == "cpu" and plan.backend.node == "verl":
         env["VERL_PLATFORM"] = "cpu"  # trainctl's verl plugin (trainctl.runtime.verl_cpu_plugin)
-        # verl's DataProto crosses Ray as a torch.save of its consolidated tensors by default: 1.3 ms a sample for the
-        # agent loop's call to the reward worker, each of a step's samples (the worker and the reward worker ~2 ms
-        # of CPU each); verl's numpy encoding of the same tensors 0.4 ms. Every process of the run must read it alike
+        # verl's DataProto crosses Ray as a torch.save of its consolidated tensors by default: the agent loop sends
+        # every sample to the reward worker so, 1.3 ms to write and 0.7 ms to read (a slow host); verl's own numpy
+        # encoding of the same tensors takes 0.4 and 0.2 ms. Every process of the run must read the variable alike
         env["VERL_DATAPROTO_SERIALIZATION_METHOD"] = "numpy"
     if hw.device == "cpu" and hw.cpu_threads:
         # Ray gives each worker OMP_NUM_THREADS=1 unless the environment sets it; the hf rollout server reads its own
