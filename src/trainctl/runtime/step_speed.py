@@ -15,8 +15,8 @@ Each micro-batch of a training pass. FSDPEngineWithLMHead.forward_step starts wi
 micro-batch's tensors are in CPU memory already on the cpu platform, but the TensorDict names no device, so
 tensordict rebuilds every non-tensor entry (a tensorclass per sample and field: the prompt, the reward's ground
 truth, the agent loop's metrics...) to say "cpu": 0.11-0.13 s of the tiny recipe's 0.45-0.52 s reference pass on a
-host ~3x slower than a quiet one, and as much of the update (docs/guides/cpu.md). On the cpu platform the micro-batch comes in as the same entries under a
-TensorDict that names the cpu device, which `to` returns as it is.
+host ~3x slower than a quiet one, and as much of the update (docs/guides/cpu.md). On the cpu platform the
+micro-batch comes in as the same entries under a TensorDict that names the cpu device, which `to` returns as it is.
 """
 
 from __future__ import annotations
