@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -17,8 +18,9 @@ import pytest
 
 from tests.shared import memory_cgroup, memory_cgroup_v1
 from trainctl.launchers import supervisor as supervisor_module
+from trainctl.launchers import vitals as vitals_module
 from trainctl.launchers.supervisor import Supervisor
-from trainctl.launchers.vitals import Vitals, role_of
+from trainctl.launchers.vitals import Vitals, _dying, role_of
 
 SERVER = "ray::HFRolloutServer"
 
@@ -129,3 +131,31 @@ def test_a_worker_the_kernels_oom_killer_kills_is_named_with_what_it_held(tmp_pa
     assert f is not None and f.name == "WorkerDict" and f.oom, outcome.tail
     assert f.verdict().startswith("the kernel's OOM killer killed verl's training worker (WorkerDict, PID")
     assert "GiB" in f.verdict() and "data.train_batch_size" in f.hint()
+
+
+def test_a_sample_taken_while_a_process_is_killed_keeps_what_it_held_and_the_oom_count_before(monkeypatch):
+    """The OOM killer counts its kill before it signals, and a loaded host may sample the victim while the kernel
+    frees its memory: that sample must not become what it held (0 bytes), nor the count its death is compared with
+    (its own kill, read as no OOM: seen once in the full suite on a slow host)."""
+    worker = subprocess.Popen(["bash", "-c", "exec -a ray::WorkerDict sleep 600"])
+    try:
+        deadline = time.monotonic() + 10
+        while role_of(psutil.Process(worker.pid).cmdline()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _dying(worker.pid)
+        kills, dying = [0], [False]
+        monkeypatch.setattr(vitals_module, "_memory_cgroup", lambda pid: Path("/a/memory/cgroup"))
+        monkeypatch.setattr(vitals_module, "oom_kills", lambda cgroup: kills[0])
+        monkeypatch.setattr(vitals_module, "_dying", lambda pid: dying[0])
+        vitals = Vitals(dead=1.0, stopped=1.0, stall=None)
+        vitals.sample([psutil.Process(worker.pid)])
+        held = vitals.watched[worker.pid].rss
+        kills[0], dying[0] = 1, True  # counted, signalled, not yet gone
+        vitals.sample([psutil.Process(worker.pid)])
+    finally:
+        worker.kill()
+        worker.wait()
+    assert _dying(worker.pid)  # gone: nothing to read of it
+    vitals.sample([])
+    fault = vitals.faults[-1]
+    assert fault.kind == "died" and fault.name == "WorkerDict" and fault.oom is True and fault.rss == held > 0

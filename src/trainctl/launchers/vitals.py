@@ -197,8 +197,9 @@ class Vitals:
                             continue
                         cgroup = _memory_cgroup(p.pid)
                         known = self.watched[p.pid] = Watched(p.pid, *role, created, cgroup=cgroup)
-                    known.rss = p.memory_info().rss
-                    known.oom_kills = oom_kills(known.cgroup)
+                    if not _dying(p.pid):
+                        known.rss = p.memory_info().rss
+                        known.oom_kills = oom_kills(known.cgroup)
             except psutil.Error:
                 continue
             alive.add(p.pid)
@@ -265,6 +266,28 @@ class Vitals:
             if f.kind != "died" or now - f.at >= self.dead:
                 return f
         return None
+
+
+SIGKILL_PENDING = 1 << (9 - 1)  # SIGKILL's bit in /proc/PID/status's masks of pending signals
+PF_EXITING = 0x4  # /proc/PID/stat's flags: the kernel is ending the process
+
+
+def _dying(pid: int) -> bool:
+    """Whether the process is being ended (SIGKILL pending, or the kernel tearing it down). A sample of it then says
+    nothing of what it held (its memory is being freed), and its cgroup's OOM count may already hold its own kill:
+    the OOM killer counts a kill before it signals. On a loaded host that teardown outlasted a sample, which then
+    took the kill as the count to compare with, and the kill as no OOM."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    if int(stat.rsplit(")", 1)[1].split()[6]) & PF_EXITING:
+        return True
+    return any(
+        line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & SIGKILL_PENDING
+        for line in status.splitlines()
+    )
 
 
 def _not_zombie(pid: int) -> bool:
