@@ -50,6 +50,7 @@ facts["validate"] = trainer_base.PPOTrainer._validate.__module__
 import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
 
 facts["agent_loop_hydra"] = type(agent_loop.hydra).__module__
+facts["agent_loop_worker_init"] = Path(agent_loop.AgentLoopWorker.__init__.__code__.co_filename).name
 import verl.workers.engine.fsdp.transformer_impl as engine  # noqa: E402
 
 # the file of the code that runs (the wrapper keeps the name and module of what it wraps)

@@ -124,3 +124,103 @@ def test_forward_step_gets_the_cpu_micro_batch_only_on_the_cpu_platform(monkeypa
 
 def test_a_cpu_process_gets_the_engine_wrapper_once_it_imports_the_engine(plugin_probe):
     assert plugin_probe(VERL_PLATFORM="cpu")["forward_step"] == "step_speed.py"
+
+
+def _reward_config(source="register", reward_model=False):
+    from omegaconf import OmegaConf
+
+    reward = {"reward_model": {"enable": reward_model}, "reward_manager": {"source": source}}
+    return OmegaConf.create({"reward": reward})
+
+
+@pytest.mark.parametrize(
+    ("device", "config", "in_process"),
+    [
+        ("cpu", _reward_config(), True),
+        ("cuda", _reward_config(), False),
+        ("cpu", _reward_config(source="importlib"), False),  # reward=model on hf, reward=judge: trainctl's managers
+        ("cpu", _reward_config(reward_model=True), False),
+    ],
+    ids=["rule-based on the cpu", "on a gpu", "trainctl's manager", "a reward model"],
+)
+def test_the_agent_loop_scores_in_its_process_only_rule_based_rewards_on_the_cpu(
+    monkeypatch, device, config, in_process
+):
+    import verl.utils.device
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: device)
+
+    class Worker:
+        def __init__(self, config, llm_client, teacher_client=None, reward_loop_worker_handles=None):
+            self.reward_loop_worker_handles = reward_loop_worker_handles
+
+    Worker.__init__ = step_speed.wrap_agent_loop_worker_init(Worker.__init__)
+    handles = ["the reward worker's actor handle"]
+    worker = Worker(config, None, reward_loop_worker_handles=handles)
+    if in_process:
+        assert [type(h) for h in worker.reward_loop_worker_handles] == [step_speed.InProcessRewardWorker]
+    else:
+        assert worker.reward_loop_worker_handles is handles
+    # a run whose reward the trainer computes after the rollout (a reward model on the training's devices) has none
+    assert Worker(config, None).reward_loop_worker_handles is None
+
+
+def _sample(tokenizer, prompt: str, response: str, ground_truth: str):
+    """One finished sample as verl's agent loop sends it to a reward worker (AgentLoopWorker._compute_score)."""
+    import numpy as np
+    from tensordict import TensorDict
+    from verl import DataProto
+
+    prompts = torch.tensor([tokenizer.encode(prompt)])
+    responses = torch.tensor([tokenizer.encode(response)])
+    input_ids = torch.cat([prompts, responses], dim=1)
+    batch = TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "position_ids": torch.arange(input_ids.shape[1]).unsqueeze(0),
+        },
+        batch_size=1,
+    )
+    kwargs = {"data_source": "arith", "reward_model": {"ground_truth": ground_truth}, "extra_info": {}}
+    non_tensor = {k: np.array([v]) for k, v in kwargs.items()}
+    non_tensor["__num_turns__"] = np.array([2])
+    non_tensor["tool_extra_fields"] = np.array([{}], dtype=object)
+    return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+
+def test_a_sample_scored_in_process_gets_the_score_verls_reward_worker_gives(monkeypatch, tiny_model, arith_data):
+    """The tiny recipe's reward (trainctl's arith scorer through verl's custom_reward_function), scored by the
+    stand-in the agent loop awaits and by verl's RewardLoopWorker as its Ray actor runs it: the same answers."""
+    import asyncio
+
+    import verl.utils.device
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: "cpu")
+
+    from trainctl.plan import make_plan
+
+    config = make_plan(["recipe=grpo-arith-tiny-cpu"], native=False).built.cfg
+    assert step_speed.scores_in_process(config)  # the tiny recipe's run scores this way on the cpu platform
+    handle = step_speed.InProcessRewardWorker(config)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    # the right answer, and a wrong one in the answer's form
+    samples = [_sample(tokenizer, "12+30=", f"#### {answer}", "42") for answer in ("42", "41")]
+
+    async def scored():  # as in the agent-loop worker and in the reward worker: one event loop for the run's samples
+        by_verl = RewardLoopWorker(config)
+        return [(await handle.compute_score.remote(d), await by_verl.compute_score(d)) for d in samples]
+
+    results = asyncio.run(scored())
+    assert [in_process for in_process, _ in results] == [by_verl for _, by_verl in results]
+    assert [in_process["reward_score"] for in_process, _ in results] == [1.0, 0.75]
+
+
+def test_a_cpu_process_scores_in_process_once_it_imports_the_agent_loop(plugin_probe):
+    assert plugin_probe(VERL_PLATFORM="cpu")["agent_loop_worker_init"] == "step_speed.py"

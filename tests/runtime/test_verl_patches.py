@@ -54,6 +54,9 @@ PINNED = {
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead.forward_step"): (
         "ec2681395b00c6549e17003cc3eb93703a537ab6689c69195e7ce983fedc60b7"
     ),
+    ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker.__init__"): (
+        "8228262721996925f9cb7ce82026bdb419db3edd89310a59adb1c8358854cc74"
+    ),
     # the trainer's metrics, with the figures trainctl adds to the training log
     (verl_patches.TRAINER, "compute_data_metrics"): (
         "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
@@ -140,6 +143,16 @@ def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
     step = verl_patches.original(impl.__name__, "FSDPEngineWithLMHead.forward_step")
     step = step or impl.FSDPEngineWithLMHead.forward_step
     assert "micro_batch = micro_batch.to(get_device_id())" in inspect.getsource(step)
+
+
+def test_the_agent_loop_still_scores_each_sample_with_a_call_to_a_handle_it_was_given():
+    """The reason for the in-process reward, and what the stand-in must answer: one awaited `compute_score.remote`
+    on a handle drawn from the list the worker keeps."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    src = inspect.getsource(AgentLoopWorker._compute_score)
+    assert "random.choice(self.reward_loop_worker_handles)" in src
+    assert "await selected_reward_loop_worker_handle.compute_score.remote(data)" in src
 
 
 def test_the_replay_buffer_still_sleeps_a_poll_interval_that_no_config_sets():

@@ -17,6 +17,16 @@ tensordict rebuilds every non-tensor entry (a tensorclass per sample and field: 
 truth, the agent loop's metrics...) to say "cpu": 0.11-0.13 s of the tiny recipe's 0.45-0.52 s reference pass on a
 host ~3x slower than a quiet one, and as much of the update (docs/guides/cpu.md). On the cpu platform the
 micro-batch comes in as the same entries under a TensorDict that names the cpu device, which `to` returns as it is.
+
+Each sample's reward. The agent loop scores each finished sample with a Ray call to one of verl's reward workers
+(`compute_score.remote(DataProto)`): the sample is encoded, sent, decoded, scored, and the answer sent back, one call a
+sample. On a CPU the rule-based scorers (reward=rule, fn: verl's registered managers without a reward model) take a
+fraction of a millisecond, and the call costs the agent-loop worker (busy through most of the generation phase) and
+the reward worker's process CPU the step waits for. On the cpu platform such a run's agent-loop worker scores in its
+own process with verl's RewardLoopWorker (the same class, config and manager the reward worker runs, built at the
+first sample): the same score from the same code. Managers trainctl loads by module (reward=model, judge) batch model
+passes or calls of the samples arriving together in their workers, and a reward model is not one the agent loop should
+wait for: they stay in their workers.
 """
 
 from __future__ import annotations
@@ -96,3 +106,47 @@ def wrap_forward_step(original):
         return original(self, micro_batch, loss_function, forward_only)
 
     return forward_step
+
+
+def scores_in_process(config: Any) -> bool:
+    """Whether the agent loop should score each sample in its own process: on the cpu platform, for verl's
+    registered reward managers without a reward model."""
+    from verl.utils.device import get_device_name
+
+    reward = config.reward
+    return (
+        get_device_name() == "cpu"
+        and not reward.reward_model.enable
+        and reward.reward_manager.get("source", "register") == "register"
+    )
+
+
+class InProcessRewardWorker:
+    """Stands for a reward worker's actor handle in the agent loop (`await handle.compute_score.remote(data)`):
+    verl's RewardLoopWorker in this process, built inside the running event loop (its manager keeps the loop it is
+    built in for its executor calls) at the first sample."""
+
+    def __init__(self, config: Any):
+        self._config = config
+        self._worker = None
+        self.compute_score = self
+
+    def remote(self, data):
+        return self._score(data)
+
+    async def _score(self, data) -> dict:
+        if self._worker is None:
+            from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+            self._worker = RewardLoopWorker(self._config)
+        return await self._worker.compute_score(data)
+
+
+def wrap_agent_loop_worker_init(original):
+    @functools.wraps(original)
+    def __init__(self, config, *args, **kwargs):
+        original(self, config, *args, **kwargs)
+        if self.reward_loop_worker_handles and scores_in_process(config):
+            self.reward_loop_worker_handles = [InProcessRewardWorker(config)]
+
+    return __init__

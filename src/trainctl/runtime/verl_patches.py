@@ -82,6 +82,10 @@ PATCHES = {
         "moves each micro-batch to the device, which on a CPU moves no tensor but rebuilds every non-tensor entry "
         "(trainctl.runtime.step_speed)"
     ),
+    ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker.__init__"): (
+        "the agent loop scores each sample with a Ray call to a reward worker, which on a CPU costs more than a "
+        "rule-based scorer's work (trainctl.runtime.step_speed)"
+    ),
 }
 
 TRAINER = "verl.trainer.ppo.v1.trainer_base"
@@ -484,6 +488,7 @@ _WRAPPERS = {
     "PPOTrainer.step": _step,
     "hydra": _wrapper("step_speed", "wrap_hydra"),
     "FSDPEngineWithLMHead.forward_step": _wrapper("step_speed", "wrap_forward_step"),
+    "AgentLoopWorker.__init__": _wrapper("step_speed", "wrap_agent_loop_worker_init"),
     "ToolAgentLoop._handle_pending_state": _wrapper("trajectories", "wrap_pending_state"),
     "ToolAgentLoop.run": _wrapper("trajectories", "wrap_run"),
     "PPOTrainer._write_generations": _wrapper("trajectories", "wrap_write_generations"),
