@@ -51,6 +51,12 @@ import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
 
 facts["agent_loop_hydra"] = type(agent_loop.hydra).__module__
 facts["agent_loop_worker_init"] = Path(agent_loop.AgentLoopWorker.__init__.__code__.co_filename).name
+import transfer_queue.client  # noqa: E402
+import transfer_queue.storage.simple_storage  # noqa: E402
+import transfer_queue.utils.common  # noqa: E402
+
+facts["tq_num_threads"] = [transfer_queue.client.TQ_NUM_THREADS, transfer_queue.storage.simple_storage.TQ_NUM_THREADS]
+facts["tq_psutil"] = type(transfer_queue.utils.common.psutil).__name__
 import verl.workers.engine.fsdp.transformer_impl as engine  # noqa: E402
 
 # the file of the code that runs (the wrapper keeps the name and module of what it wraps)

@@ -224,3 +224,64 @@ def test_a_sample_scored_in_process_gets_the_score_verls_reward_worker_gives(mon
 
 def test_a_cpu_process_scores_in_process_once_it_imports_the_agent_loop(plugin_probe):
     assert plugin_probe(VERL_PLATFORM="cpu")["agent_loop_worker_init"] == "step_speed.py"
+
+
+class _Counting:
+    """psutil, counting the calls of cpu_count."""
+
+    def __init__(self):
+        import psutil
+
+        self._psutil, self.calls = psutil, 0
+
+    def cpu_count(self, logical=True):
+        self.calls += 1
+        return self._psutil.cpu_count(logical=logical)
+
+    def __getattr__(self, name):
+        return getattr(self._psutil, name)
+
+
+def test_transfer_queues_core_count_is_psutils_read_once():
+    import psutil
+
+    counting = _Counting()
+    seen = step_speed.wrap_psutil(counting)
+    assert [seen.cpu_count(logical=False) for _ in range(3)] == [psutil.cpu_count(logical=False)] * 3
+    assert counting.calls == 1
+    assert seen.cpu_count() == psutil.cpu_count() and seen.virtual_memory().total == psutil.virtual_memory().total
+
+
+def test_transfer_queues_thread_limit_is_what_it_clamps_to_without_its_warning(monkeypatch, caplog):
+    """TransferQueue's limiter, as its client and storage unit call it, with TQ_NUM_THREADS as set (8) and as
+    patched: the same threads inside, and a warning only with 8 on a machine with fewer physical cores."""
+    import logging
+
+    import psutil
+    import verl.utils.device
+
+    assert step_speed.wrap_tq_num_threads(8) == 8  # off the cpu platform: as set
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: "cpu")
+    from transfer_queue.utils.common import limit_pytorch_auto_parallel_threads
+
+    cores = psutil.cpu_count(logical=False)
+    inside = {}
+    for setting in (8, step_speed.wrap_tq_num_threads(8)):
+        caplog.clear()
+        with (
+            caplog.at_level(logging.WARNING, logger="transfer_queue.utils.common"),
+            limit_pytorch_auto_parallel_threads(target_num_threads=setting),
+        ):
+            inside[setting] = torch.get_num_threads()
+        warned = any("should not exceed" in r.getMessage() for r in caplog.records)
+        assert warned == (setting > cores), (setting, cores)
+    assert set(inside.values()) == {min(8, cores)}
+
+
+def test_a_cpu_process_gets_transfer_queues_thread_limit_once_it_imports_it(plugin_probe):
+    import psutil
+
+    facts = plugin_probe(VERL_PLATFORM="cpu")
+    cores = min(8, psutil.cpu_count(logical=False))
+    assert facts["tq_num_threads"] == [cores, cores] and facts["tq_psutil"] == "CoreCount"
+    assert plugin_probe()["tq_num_threads"] == [8, 8]  # off the cpu platform, the patch leaves it as set

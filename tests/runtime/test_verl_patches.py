@@ -57,6 +57,12 @@ PINNED = {
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker.__init__"): (
         "8228262721996925f9cb7ce82026bdb419db3edd89310a59adb1c8358854cc74"
     ),
+    # TransferQueue 0.1.11's thread limit around every put and get: pinned is the code that uses each name
+    ("transfer_queue.utils.common", "psutil"): "ac37ef0bb78da73302b5999eb41b32737ff29cc8546228f85f9f706527c8d3f8",
+    ("transfer_queue.client", "TQ_NUM_THREADS"): "22869a56ec9ae366f85f24906b12d271f80299891133982a6f2919f44cf10699",
+    ("transfer_queue.storage.simple_storage", "TQ_NUM_THREADS"): (
+        "3672690fd47548881dd9eaf381f21a11278bd34bcc528db413e41d36e8d61935"
+    ),
     # the trainer's metrics, with the figures trainctl adds to the training log
     (verl_patches.TRAINER, "compute_data_metrics"): (
         "081d0a19a8270ad74c58d81830eba1d52ddd490b1b0f5eb7571ef322e3fb5fd9"
@@ -95,6 +101,9 @@ _PINNED_USER = {
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module",
     ("transfer_queue.interface", "TransferQueueController"): "init",
     ("verl.experimental.agent_loop.agent_loop", "hydra"): "AgentLoopWorker._run_agent_loop",
+    ("transfer_queue.utils.common", "psutil"): "limit_pytorch_auto_parallel_threads",
+    ("transfer_queue.client", "TQ_NUM_THREADS"): "AsyncTransferQueueClient.async_put",
+    ("transfer_queue.storage.simple_storage", "TQ_NUM_THREADS"): "SimpleStorageUnit._handle_put",
 }
 
 
@@ -143,6 +152,19 @@ def test_the_reasons_for_the_cpu_patches_are_still_in_verl():
     step = verl_patches.original(impl.__name__, "FSDPEngineWithLMHead.forward_step")
     step = step or impl.FSDPEngineWithLMHead.forward_step
     assert "micro_batch = micro_batch.to(get_device_id())" in inspect.getsource(step)
+
+
+def test_transfer_queue_still_counts_the_cores_and_warns_above_them_at_every_put_and_get():
+    """The reasons for the thread-limit patches: if TransferQueue reads the count once, or stops warning, they go."""
+    import transfer_queue.client as client
+    import transfer_queue.storage.simple_storage as storage
+    from transfer_queue.utils.common import limit_pytorch_auto_parallel_threads
+
+    src = inspect.getsource(limit_pytorch_auto_parallel_threads)
+    assert "physical_cores = psutil.cpu_count(logical=False)" in src
+    assert "if target_num_threads > physical_cores:\n        logger.warning(" in src
+    assert inspect.getsource(client).count("target_num_threads=TQ_NUM_THREADS") == 2  # put, get
+    assert inspect.getsource(storage).count("target_num_threads=TQ_NUM_THREADS") == 3  # put, get, clear
 
 
 def test_the_agent_loop_still_scores_each_sample_with_a_call_to_a_handle_it_was_given():

@@ -27,6 +27,12 @@ own process with verl's RewardLoopWorker (the same class, config and manager the
 first sample): the same score from the same code. Managers trainctl loads by module (reward=model, judge) batch model
 passes or calls of the samples arriving together in their workers, and a reward model is not one the agent loop should
 wait for: they stay in their workers.
+
+Each TransferQueue put and get. TransferQueue 0.1.11 limits torch's threads around every put and get, in the client
+and in the storage unit, to TQ_NUM_THREADS (8 unless set), clamped to the machine's physical cores: it asks psutil for
+that count each time (a sysfs glob, 0.2-0.5 ms), and where the machine has fewer than 8 it logs a warning each time,
+which Ray's log monitor ships to the driver (~300 lines in 6 s of the tiny recipe, each put in two formats). The count
+is read once per process, and TQ_NUM_THREADS is the value TransferQueue clamps it to: the same threads, no warning.
 """
 
 from __future__ import annotations
@@ -150,3 +156,37 @@ def wrap_agent_loop_worker_init(original):
             self.reward_loop_worker_handles = [InProcessRewardWorker(config)]
 
     return __init__
+
+
+class CoreCount:
+    """psutil as TransferQueue's thread limiter sees it: the physical core count read once, the rest psutil's."""
+
+    def __init__(self, psutil):
+        self._psutil = psutil
+
+    @functools.cached_property
+    def _physical(self) -> int | None:
+        return self._psutil.cpu_count(logical=False)
+
+    def cpu_count(self, logical: bool = True) -> int | None:
+        return self._psutil.cpu_count(logical=True) if logical else self._physical
+
+    def __getattr__(self, name: str):
+        return getattr(self._psutil, name)
+
+
+def wrap_psutil(original):
+    return CoreCount(original)
+
+
+def wrap_tq_num_threads(original: int) -> int:
+    """TQ_NUM_THREADS as TransferQueue uses it on the cpu platform: at most the physical cores (what it clamps to,
+    with a warning)."""
+    import psutil
+    from verl.utils.device import get_device_name
+
+    if get_device_name() != "cpu":
+        return original
+
+    cores = psutil.cpu_count(logical=False)
+    return min(original, cores) if cores else original

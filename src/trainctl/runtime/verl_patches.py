@@ -57,6 +57,10 @@ PATCHES = {
         "TransferQueue puts its storage units (one CPU each) on the nodes in the order of their ids, whatever a "
         "training group needs there: on the cpu platform they go to the head, beside the controller"
     ),
+    # TransferQueue's thread limit around every put and get (trainctl.runtime.step_speed)
+    ("transfer_queue.utils.common", "psutil"): "asked for the physical cores each time: a sysfs glob",
+    ("transfer_queue.client", "TQ_NUM_THREADS"): "8 unless set: above the physical cores, each put and get warns",
+    ("transfer_queue.storage.simple_storage", "TQ_NUM_THREADS"): "the same, in the storage unit",
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): (
         "the reference model is always offloaded with CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator"
     ),
@@ -489,6 +493,8 @@ _WRAPPERS = {
     "hydra": _wrapper("step_speed", "wrap_hydra"),
     "FSDPEngineWithLMHead.forward_step": _wrapper("step_speed", "wrap_forward_step"),
     "AgentLoopWorker.__init__": _wrapper("step_speed", "wrap_agent_loop_worker_init"),
+    "psutil": _wrapper("step_speed", "wrap_psutil"),
+    "TQ_NUM_THREADS": _wrapper("step_speed", "wrap_tq_num_threads"),
     "ToolAgentLoop._handle_pending_state": _wrapper("trajectories", "wrap_pending_state"),
     "ToolAgentLoop.run": _wrapper("trajectories", "wrap_run"),
     "PPOTrainer._write_generations": _wrapper("trajectories", "wrap_write_generations"),
