@@ -1,11 +1,12 @@
 """A driver for tests/runtime/test_forkserver.py, run as verl's is: `python -m trainctl.runtime.forkserver -- python -m
 forkserver_driver REPORT ACTION`. It starts two children as Ray's processes (one that ignores SIGTERM), writes what it
-sees to REPORT, then exits with the code ACTION names, or raises."""
+sees to REPORT (with the time it ends), then exits with the code ACTION names, or raises."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 import ray._private.ray_constants as ray_constants
 
@@ -23,6 +24,8 @@ facts = {
     "argv": sys.argv[1:],
     "setup_worker": ray_constants.SETUP_WORKER_FILENAME,
     "children": [stubborn.pid, polite.pid],
+    # the driver's end, on the clock the test reads (CLOCK_MONOTONIC: one for every process of the machine)
+    "ending": time.monotonic(),
 }
 with open(report, "w") as f:
     json.dump(facts, f)

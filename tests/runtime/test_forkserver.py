@@ -105,8 +105,8 @@ def test_a_python_m_driver_runs_in_the_servers_parent_and_ends_what_it_started(a
     report = tmp_path / "driver.json"
     cmd = [sys.executable, "-m", "trainctl.runtime.forkserver", "--", sys.executable, "-m", "forkserver_driver"]
     env = {**__import__("os").environ, "PYTHONPATH": str(DRIVER_DIR)}
-    started = time.monotonic()
     proc = subprocess.run([*cmd, str(report), action], capture_output=True, text=True, timeout=60, env=env)
+    ended = time.monotonic()
     assert proc.returncode == code, proc.stderr[-2000:]
     facts = json.loads(report.read_text())
     assert facts["name"] == "__main__" and facts["argv"] == [str(report), action]
@@ -116,7 +116,9 @@ def test_a_python_m_driver_runs_in_the_servers_parent_and_ends_what_it_started(a
         assert "RuntimeError: the driver failed" in proc.stderr
     for pid in facts["children"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert time.monotonic() - started < 15
+    # from the driver's end to the command's: the stubborn child killed after the grace, not waited for (it sleeps
+    # 120 s); counted from the driver's end, not the command's start, which a loaded machine's imports stretch
+    assert ended - facts["ending"] < 10
 
 
 def test_a_run_that_uses_vllm_gets_verls_vllm_server_preloaded_and_one_without_does_not():
