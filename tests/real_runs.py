@@ -81,7 +81,17 @@ class Home:
             "HF_HUB_OFFLINE": "1",
             "TERM": "xterm-256color",
         }
-        for var in ("WANDB_API_KEY", "RAY_ADDRESS", "HF_TOKEN", "TRAINCTL_DEBUG", "COLUMNS", "LINES", "WANDB_DIR"):
+        # (TMPDIR: the runs' temporary files go where trainctl puts them, as a user's without one do)
+        for var in (
+            "WANDB_API_KEY",
+            "RAY_ADDRESS",
+            "HF_TOKEN",
+            "TRAINCTL_DEBUG",
+            "COLUMNS",
+            "LINES",
+            "WANDB_DIR",
+            "TMPDIR",
+        ):
             env.pop(var, None)
         env.update(extra)
         return env
@@ -311,7 +321,14 @@ def failed_run(real_home, tmp_path_factory) -> RealRun:
     def make(_: Path) -> RealRun:
         boom = real_home.root / "boom.py"
         boom.write_text(
-            "class Boom:\n    def __init__(self, *a, **k):\n        raise RuntimeError('boom: bad dataset')\n"
+            "import json, os, tempfile\n\n\n"
+            "class Boom:\n"
+            "    def __init__(self, *a, **k):\n"
+            "        # where the trainer's temporary files go (TMPDIR), for tests/launch/test_sft.py\n"
+            "        seen = {v: os.environ.get(v) for v in ('TMPDIR', 'RAY_TMPDIR', 'TORCHINDUCTOR_CACHE_DIR')}\n"
+            "        with open(os.path.join(os.path.dirname(__file__), 'boom-tmp.json'), 'w') as f:\n"
+            "            json.dump({'tempdir': tempfile.gettempdir(), 'env': seen}, f)\n"
+            "        raise RuntimeError('boom: bad dataset')\n"
         )
         return train(
             real_home, "boom", *FAST_SFT, "run.max_steps=1", f"run.project={SECRET}", f"data.custom_cls.path={boom}",

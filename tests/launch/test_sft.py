@@ -6,6 +6,7 @@ import json
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -91,6 +92,22 @@ def test_run_folder_holds_config_command_lockfile_and_no_secrets(failed_run):
     for f in [*run.rglob("*.yaml"), *run.rglob("*.json"), *run.rglob("*.sh"), *run.rglob("*.log")]:
         assert SECRET not in f.read_text(errors="replace"), f
     assert SECRET not in failed_run.output
+
+
+def test_the_trainers_temporary_files_go_to_a_folder_of_the_attempts_own_removed_at_its_end(failed_run, real_home):
+    """The failing run's dataset class (in the trainer torchrun started) wrote down where Python's tempfile puts
+    files there: a folder of the attempt's own under trainctl's cache (trainctl.scratch), not /tmp, where verl's
+    checkpoint locks, torchrun's logs and wandb's staging were left; gone once the run ended. Ray's session folder
+    and inductor's compile cache keep their places."""
+    seen = json.loads((real_home.root / "boom-tmp.json").read_text())
+    folder = Path(seen["tempdir"])
+    cache = folder.parent.parent  # the run's trainctl cache (tests/real_runs.py: cache-NAME)
+    assert folder.parent.name == "tmp" and cache == real_home.root / "cache-boom", seen
+    assert folder.name.split("-")[0].isdigit(), seen
+    assert seen["env"]["TMPDIR"] == str(folder) and seen["env"]["RAY_TMPDIR"] == "/tmp", seen
+    inductor = Path(seen["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert inductor.name.startswith("torchinductor_") and inductor.parent != folder, seen
+    assert not folder.exists(), "removed when the attempt ended"
 
 
 def test_an_existing_run_is_not_overwritten(cli, ready, tmp_path):

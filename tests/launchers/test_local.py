@@ -152,7 +152,7 @@ def test_runs_write_nothing_outside_their_folder_and_trainctls_home_and_cache(re
     root = real_home.root
     names = [w.name.removeprefix("work-") for w in root.glob("work-*")]
     assert {"grpo", "sft", "dpo"} <= set(names), names
-    allowed = [root / "home", root / "cache", *root.glob("cache-*"), root / "boom.py"]
+    allowed = [root / "home", root / "cache", *root.glob("cache-*"), root / "boom.py", root / "boom-tmp.json"]
     for name in names:
         # NAME-validation: tests.real_runs.validation_dir
         allowed += [root / f"work-{name}" / "runs" / name, root / f"{name}.out", root / f"{name}-validation"]
@@ -185,6 +185,10 @@ def test_the_trainers_own_ray_gets_a_token_of_its_own_and_a_users_cluster_keeps_
         "a cluster the trainer joins, and caches the user chose, are the user's"
     )
     assert "RAY_AUTH_TOKEN" not in trainer_env_at_start({"RAY_AUTH_MODE": "disabled"}, own_ray=True)
+    # its temporary files go to the attempt's folder (trainctl.scratch), the user's TMPDIR stands
+    attempt = trainer_env_at_start({}, own_ray=True, scratch=tmp_path / "cache" / "tmp" / "1-abcd")
+    assert attempt["TMPDIR"] == str(tmp_path / "cache" / "tmp" / "1-abcd") and attempt["RAY_TMPDIR"] == "/tmp"
+    assert "TMPDIR" not in own and "TMPDIR" not in trainer_env_at_start({"TMPDIR": "/t"}, True, tmp_path)
     # vLLM's sockets, with a Ray of its own (this machine), in a cache whose path fits a socket's (tmp_path's may not)
     import tempfile
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -63,12 +62,14 @@ def chat_command(
     Piped input (not a terminal) gets one answer per input line on stdout (a newline inside an answer written as
     \\n; --json for the exact text and the tool calls); tool calls and their results go to stderr as they happen.
     """
+    from trainctl import scratch as temporary
     from trainctl.inference.model import prepare
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    # the run's tool servers write their logs under run.dir: a folder of this chat's own, removed at the end
-    scratch = Path(tempfile.mkdtemp(prefix="trainctl-chat-"))
+    # the run's tool servers write their logs under run.dir: a folder of this chat's own in trainctl's cache, removed
+    # at the end (or, after a SIGKILL, by the next trainctl that makes one: trainctl.scratch)
+    scratch = temporary.make() or Path(tempfile.mkdtemp(prefix="trainctl-chat-"))
     conversation = None
     try:
         served = prepare(model, [*words, f"run.dir={scratch}"], search=search_path(config_dir), command="chat")
@@ -82,7 +83,7 @@ def chat_command(
     finally:
         if conversation is not None and conversation.tools is not None:
             conversation.tools.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        temporary.remove(scratch)
 
 
 def _start(served):

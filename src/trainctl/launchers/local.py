@@ -31,7 +31,7 @@ WANDB_CACHE = "wandb"
 STALE_SECONDS = 30.0
 
 
-def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
+def trainer_env_at_start(env: dict[str, str], own_ray: bool, scratch: Path | None = None) -> dict[str, str]:
     """What the trainer's environment gets when it starts, and never on record (command.sh, run.json):
 
     - a Ray the trainer starts itself (main_ppo's ray.init()) gets a token of its own, RAY_AUTH_TOKEN (a secret:
@@ -45,12 +45,15 @@ def trainer_env_at_start(env: dict[str, str], own_ray: bool) -> dict[str, str]:
       (HF_DATASETS_CACHE, HF_HOME); so do vLLM's caches and config (~/.cache/vllm, ~/.config/vllm), with a Ray of
       its own vLLM's sockets (/tmp), and wandb's cache (~/.cache/wandb, where wandb-core writes a debug log per run,
       offline too).
+    - its temporary files (TMPDIR) go to `scratch`, the attempt's folder under trainctl's cache (trainctl.scratch),
+      unless the user chose a place.
     """
+    from trainctl import scratch as temporary
     from trainctl.facts.vllm import home_env as vllm_home_env
     from trainctl.facts.vllm import rpc_env as vllm_rpc_env
     from trainctl.paths import cache_dir
 
-    out: dict[str, str] = {}
+    out: dict[str, str] = temporary.env(scratch, env)
     if own_ray and env.get("RAY_AUTH_MODE", "").strip().lower() != "disabled":
         out.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     if not (env.get("HF_DATASETS_CACHE") or env.get("HF_HOME")):
@@ -120,6 +123,7 @@ class Local(Launcher):
     # -- running -------------------------------------------------------------------------------------------------
 
     def start(self, job: Job, run: Any, on_attempt=None) -> Ended:
+        from trainctl import scratch as temporary
         from trainctl.launchers.supervisor import REASONS, Supervisor
         from trainctl.launchers.tree import new_mark
         from trainctl.launchers.vitals import Vitals
@@ -131,9 +135,10 @@ class Local(Launcher):
         run.set_live()  # from now on the run says running: its supervisor (this process) must be on record
         if on_attempt:
             on_attempt(run, attempt)
+        scratch = temporary.make()  # the trainer's temporary files: removed with the attempt's end
         supervisor = Supervisor(
             job.argv,
-            {**job.env, **trainer_env_at_start(job.env, own_ray=self.ray == "own")},
+            {**job.env, **trainer_env_at_start(job.env, own_ray=self.ray == "own", scratch=scratch)},
             run.log_path(attempt),
             echo=job.echo,
             tail_lines=400,
@@ -144,7 +149,10 @@ class Local(Launcher):
             vitals=Vitals(**job.watch, progress=run.metrics_path(attempt)) if job.watch else None,
         )
         started = time.time()
-        outcome = supervisor.run()
+        try:
+            outcome = supervisor.run()
+        finally:
+            temporary.remove(scratch)
         reason = None
         if outcome.interrupted is not None:
             state, code = "interrupted", EXIT_INTERRUPTED

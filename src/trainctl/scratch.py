@@ -1,0 +1,93 @@
+"""A run's temporary files in trainctl's cache rather than the system's temporary folder (/tmp).
+
+The libraries a run's trainer starts write there through Python's tempfile (TMPDIR), and most never remove what they
+wrote: verl a lock file per checkpoint folder it makes (ckpt_<hash>.lock), torchrun a log folder per launch
+(torchelastic_*), wandb its staging folders, multiprocessing its listener sockets (pymp-*), vLLM a rendezvous file
+per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. One test session left about 600 of them in
+/tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's cache (`tmp/PID-XXXX`,
+PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was killed (SIGKILL: nothing
+removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
+
+Two stay where they were, pinned because they read TMPDIR too: Ray's session folder (RAY_TMPDIR: its Unix sockets'
+paths must fit 107 bytes, which a folder under the cache does not promise) and torch inductor's compile cache
+(TORCHINDUCTOR_CACHE_DIR: shared by every run on the machine, vLLM's CPU build fills it; in a run's own folder each
+run would compile from cold).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+from trainctl.paths import cache_dir
+
+FOLDER = "tmp"
+SOCKET_PATH_MAX = 107
+# the longest socket path a process makes under TMPDIR, after the folder: multiprocessing's
+# /pymp-XXXXXXXX/listener-XXXXXXXX
+SOCKET_TAIL = 32
+
+
+def make() -> Path | None:
+    """A new folder for this process's children's temporary files under trainctl's cache (folders of owners that
+    are gone removed first), or None where its path leaves no room for a socket inside it."""
+    root = cache_dir() / FOLDER
+    sweep(root)
+    folder = root / f"{os.getpid()}-{secrets.token_hex(2)}"
+    if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX:
+        return None
+    folder.mkdir(parents=True)
+    return folder
+
+
+def remove(folder: Path | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep(root: Path) -> list[Path]:
+    """Remove the folders under `root` whose owner process is gone; returns them."""
+    gone = []
+    for folder in root.glob("*-*"):
+        owner = folder.name.split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            remove(folder)
+            gone.append(folder)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def env(folder: Path | None, current: dict[str, str]) -> dict[str, str]:
+    """The variables that send a process's temporary files to `folder`, given its environment `current`: none where
+    the user chose TMPDIR or there is no folder. Ray's folder and inductor's cache keep the places they had."""
+    if folder is None or current.get("TMPDIR"):
+        return {}
+    out = {"TMPDIR": str(folder)}
+    if not current.get("RAY_TMPDIR"):
+        out["RAY_TMPDIR"] = "/tmp"  # Ray's own choice on Linux without TMPDIR (ray._common.utils)
+    if not current.get("TORCHINDUCTOR_CACHE_DIR"):
+        out["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
+    return out
+
+
+def inductor_cache_dir() -> str:
+    """Where torch inductor keeps its compile cache without TMPDIR (torch._inductor.runtime.cache_dir_utils)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
