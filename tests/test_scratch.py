@@ -43,13 +43,17 @@ def test_a_folder_whose_owner_is_gone_is_removed_by_the_next_one_made(monkeypatc
     with tempfile.TemporaryDirectory(prefix="tc-") as cache:
         monkeypatch.setenv("TRAINCTL_CACHE", cache)
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-        orphan = Path(cache) / "tmp" / f"{gone.stdout.strip()}-abcd"
+        here = scratch._host()
+        orphan = Path(cache) / "tmp" / f"{gone.stdout.strip()}-abcd-{here}"
         (orphan / "pymp-x").mkdir(parents=True)
         (orphan / "ckpt_0123abcd.lock").touch()
-        live = Path(cache) / "tmp" / f"{os.getppid()}-abcd"
+        live = Path(cache) / "tmp" / f"{os.getppid()}-abcd-{here}"
         live.mkdir()
+        # another machine's, in a cache on a shared file system: its PID means nothing here
+        elsewhere = Path(cache) / "tmp" / f"{gone.stdout.strip()}-abcd-{'0' * 6 if here != '0' * 6 else '1' * 6}"
+        elsewhere.mkdir()
         made = scratch.make()
-        assert not orphan.exists() and live.exists() and made.exists()
+        assert not orphan.exists() and live.exists() and elsewhere.exists() and made.exists()
 
 
 def test_no_folder_where_a_socket_in_it_would_not_fit(monkeypatch, tmp_path):

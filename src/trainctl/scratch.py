@@ -4,7 +4,7 @@ The libraries a run's trainer starts write there through Python's tempfile (TMPD
 wrote: verl a lock file per checkpoint folder it makes (ckpt_<hash>.lock), torchrun a log folder per launch
 (torchelastic_*), wandb its staging folders, multiprocessing its listener sockets (pymp-*), vLLM a rendezvous file
 per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. One test session left about 600 of them in
-/tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's cache (`tmp/PID-XXXX`,
+/tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's cache (`tmp/PID-XXXX-HOST`,
 PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was killed (SIGKILL: nothing
 removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
 
@@ -17,10 +17,12 @@ run would compile from cold).
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -38,7 +40,7 @@ def make() -> Path | None:
     are gone removed first), or None where its path leaves no room for a socket inside it."""
     root = cache_dir() / FOLDER
     sweep(root)
-    folder = root / f"{os.getpid()}-{secrets.token_hex(2)}"
+    folder = root / f"{os.getpid()}-{secrets.token_hex(2)}-{_host()}"
     if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX:
         return None
     folder.mkdir(parents=True)
@@ -51,14 +53,20 @@ def remove(folder: Path | None) -> None:
 
 
 def sweep(root: Path) -> list[Path]:
-    """Remove the folders under `root` whose owner process is gone; returns them."""
+    """Remove the folders under `root` whose owner process, on this machine, is gone; returns them. (A cache on a
+    shared file system holds other machines' folders too, whose PIDs mean nothing here.)"""
     gone = []
-    for folder in root.glob("*-*"):
+    for folder in root.glob(f"*-*-{_host()}"):
         owner = folder.name.split("-", 1)[0]
         if owner.isdigit() and not _alive(int(owner)):
             remove(folder)
             gone.append(folder)
     return gone
+
+
+def _host() -> str:
+    """This machine, in a few characters (a socket's path has few to spare)."""
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
 
 
 def _alive(pid: int) -> bool:

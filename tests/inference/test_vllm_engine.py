@@ -65,11 +65,16 @@ def _vllms(started: list[str]) -> None:
 
 
 def test_model_serve_on_vllm_answers_the_openai_client_as_eval_and_ends_on_sigterm(evals, real_home, sft_run):
+    import psutil
     from openai import OpenAI
 
     server = ServeProcess(str(sft_run.path), *VLLM, "--port", "0", env=real_home.env())
     try:
         client = OpenAI(base_url=server.url(timeout=600), api_key="none")
+        # the server's temporary files go to a folder of its own in trainctl's cache (trainctl.scratch), not /tmp
+        children = psutil.Process(server.proc.pid).children()
+        (scratch,) = {Path(p.environ()["TMPDIR"]) for p in children if "TMPDIR" in p.environ()}
+        assert scratch.parent == real_home.cache / "tmp" and scratch.is_dir(), scratch
         (name,) = [m.id for m in client.models.list()]
         for s in evals["vllm"][:4]:
             r = client.chat.completions.create(model=name, messages=s["prompt"])
@@ -82,6 +87,7 @@ def test_model_serve_on_vllm_answers_the_openai_client_as_eval_and_ends_on_sigte
     assert "with vLLM's OpenAI server" in server.output
     _vllms(started)
     assert not left, f"still running {LEFT_WITHIN:g} s after SIGTERM: {left}"
+    assert not scratch.exists(), "the server's temporary folder went with it"
 
 
 def test_model_serve_on_vllm_leaves_nothing_when_killed(real_home, sft_run):

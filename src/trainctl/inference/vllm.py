@@ -119,29 +119,37 @@ def run(
     import subprocess
     import threading
 
+    from trainctl import scratch as temporary
     from trainctl.launchers.supervisor import parent_death_signal
 
     env = environment(served.cfg.hardware.device)
     env.pop("VLLM_API_KEY", None)
     if token:
         env["VLLM_API_KEY"] = token  # vLLM's server reads its --api-key default from here
-    # however trainctl ends, SIGKILL included, the kernel tells the server to shut down (and its EngineCore with it);
-    # what is left then, the command's watchdog stops (trainctl.launchers.tether)
-    proc = subprocess.Popen(
-        command(served, folder, host, port), env=env, preexec_fn=parent_death_signal(signal.SIGTERM)
-    )
-    if on_ready is not None:
-        threading.Thread(target=_when_healthy, args=(proc, host, port, on_ready), daemon=True).start()
+    # its temporary files (a rendezvous file per engine, multiprocessing's sockets) in a folder of its own under
+    # trainctl's cache, as a run's trainer's (trainctl.scratch)
+    scratch = temporary.make()
+    env.update(temporary.env(scratch, env))
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # the server stops as on Ctrl-C at its own terminal, then the command says why
-        proc.send_signal(signal.SIGINT)
+        # however trainctl ends, SIGKILL included, the kernel tells the server to shut down (and its EngineCore with
+        # it); what is left then, the command's watchdog stops (trainctl.launchers.tether)
+        proc = subprocess.Popen(
+            command(served, folder, host, port), env=env, preexec_fn=parent_death_signal(signal.SIGTERM)
+        )
+        if on_ready is not None:
+            threading.Thread(target=_when_healthy, args=(proc, host, port, on_ready), daemon=True).start()
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        raise
+            return proc.wait()
+        except KeyboardInterrupt:  # the server stops as on Ctrl-C at its own terminal, then the command says why
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    finally:
+        temporary.remove(scratch)
 
 
 def _when_healthy(proc, host: str, port: int, on_ready: Callable[[], None]) -> None:

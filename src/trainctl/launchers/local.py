@@ -136,20 +136,20 @@ class Local(Launcher):
         if on_attempt:
             on_attempt(run, attempt)
         scratch = temporary.make()  # the trainer's temporary files: removed with the attempt's end
-        supervisor = Supervisor(
-            job.argv,
-            {**job.env, **trainer_env_at_start(job.env, own_ray=self.ray == "own", scratch=scratch)},
-            run.log_path(attempt),
-            echo=job.echo,
-            tail_lines=400,
-            on_start=run.set_live,
-            on_tick=run.beat,
-            mark=mark,
-            watchdog=(run.path, attempt["n"]),
-            vitals=Vitals(**job.watch, progress=run.metrics_path(attempt)) if job.watch else None,
-        )
-        started = time.time()
         try:
+            supervisor = Supervisor(
+                job.argv,
+                {**job.env, **trainer_env_at_start(job.env, own_ray=self.ray == "own", scratch=scratch)},
+                run.log_path(attempt),
+                echo=job.echo,
+                tail_lines=400,
+                on_start=run.set_live,
+                on_tick=run.beat,
+                mark=mark,
+                watchdog=(run.path, attempt["n"]),
+                vitals=Vitals(**job.watch, progress=run.metrics_path(attempt)) if job.watch else None,
+            )
+            started = time.time()
             outcome = supervisor.run()
         finally:
             temporary.remove(scratch)
