@@ -61,3 +61,25 @@ def test_no_folder_where_a_socket_in_it_would_not_fit(monkeypatch, tmp_path):
     monkeypatch.setenv("TRAINCTL_CACHE", str(deep))
     assert scratch.make() is None
     assert not (deep / "tmp").exists() or not any((deep / "tmp").iterdir())
+
+
+def test_a_command_s_own_temporary_files_and_its_childrens_for_the_with_block(monkeypatch):
+    """chat and eval: vLLM in their own process makes its rendezvous file with tempfile, tool servers are children."""
+    with tempfile.TemporaryDirectory(prefix="tc-") as cache:
+        monkeypatch.setenv("TRAINCTL_CACHE", cache)
+        monkeypatch.delenv("TMPDIR", raising=False)
+        before = tempfile.gettempdir()
+        with scratch.for_this_process() as folder:
+            assert folder.parent == Path(cache) / "tmp"
+            assert tempfile.gettempdir() == str(folder) and os.environ["TMPDIR"] == str(folder)
+            assert os.environ["RAY_TMPDIR"] == "/tmp"
+            made = tempfile.mkdtemp(prefix="trainctl-chat-")
+            child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                                   capture_output=True, text=True)  # fmt: skip
+            assert child.stdout.strip() == str(folder) and Path(made).parent == folder
+        assert not folder.exists() and not (Path(cache) / "tmp").exists(), "nothing left in the cache"
+        assert tempfile.gettempdir() == before and "TMPDIR" not in os.environ and "RAY_TMPDIR" not in os.environ
+        # the user's TMPDIR stands
+        monkeypatch.setenv("TMPDIR", before)
+        with scratch.for_this_process() as folder:
+            assert folder is None and os.environ["TMPDIR"] == before

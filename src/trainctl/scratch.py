@@ -6,7 +6,9 @@ wrote: verl a lock file per checkpoint folder it makes (ckpt_<hash>.lock), torch
 per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. One test session left about 600 of them in
 /tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's cache (`tmp/PID-XXXX-HOST`,
 PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was killed (SIGKILL: nothing
-removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
+removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands. So do the commands that run
+an engine or start servers and end with them (trainctl.cli.common.tethered): `chat` and `eval` for the `with` block
+of for_this_process (vLLM in their own process, tool servers as children), `model serve` its vLLM server.
 
 Two stay where they were, pinned because they read TMPDIR too: Ray's session folder (RAY_TMPDIR: its Unix sockets'
 paths must fit 107 bytes, which a folder under the cache does not promise) and torch inductor's compile cache
@@ -16,6 +18,7 @@ run would compile from cold).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import hashlib
 import os
@@ -24,6 +27,7 @@ import secrets
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from trainctl.paths import cache_dir
@@ -43,13 +47,19 @@ def make() -> Path | None:
     folder = root / f"{os.getpid()}-{secrets.token_hex(2)}-{_host()}"
     if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX:
         return None
-    folder.mkdir(parents=True)
+    try:
+        folder.mkdir(parents=True)
+    except FileNotFoundError:  # another trainctl removed the emptied `tmp` between the two mkdirs
+        folder.mkdir(parents=True)
     return folder
 
 
 def remove(folder: Path | None) -> None:
+    """Remove the folder, and `tmp` too once it is empty: nothing left in the cache."""
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()
 
 
 def sweep(root: Path) -> list[Path]:
@@ -90,6 +100,31 @@ def env(folder: Path | None, current: dict[str, str]) -> dict[str, str]:
     if not current.get("TORCHINDUCTOR_CACHE_DIR"):
         out["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
     return out
+
+
+@contextlib.contextmanager
+def for_this_process() -> Iterator[Path | None]:
+    """For the `with` block, this process's temporary files and its children's (tempfile, TMPDIR) in a folder of its
+    own under trainctl's cache, removed after it; yields the folder, or None where the user chose TMPDIR (or there
+    is no room for a socket). For the commands that run an engine in their own process (chat, eval: vLLM writes a
+    rendezvous file per engine) or start servers."""
+    folder = None if os.environ.get("TMPDIR") else make()
+    added = env(folder, dict(os.environ))
+    saved = {name: os.environ.get(name) for name in added}
+    saved_tempdir = tempfile.tempdir
+    os.environ.update(added)
+    if folder is not None:
+        tempfile.tempdir = str(folder)
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        remove(folder)
 
 
 def inductor_cache_dir() -> str:

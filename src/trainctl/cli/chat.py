@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -67,23 +68,25 @@ def chat_command(
 
     words = [*(overrides or []), *ctx.args]
     reject_option_typos(ctx, words)
-    # the run's tool servers write their logs under run.dir: a folder of this chat's own in trainctl's cache, removed
-    # at the end (or, after a SIGKILL, by the next trainctl that makes one: trainctl.scratch)
-    scratch = temporary.make() or Path(tempfile.mkdtemp(prefix="trainctl-chat-"))
-    conversation = None
-    try:
-        served = prepare(model, [*words, f"run.dir={scratch}"], search=search_path(config_dir), command="chat")
-        render_warnings(served.warnings)
-        conversation = _start(served)
-        interactive = sys.stdin.isatty()
-        if interactive:
-            _interactive(conversation, served)
-        else:
-            _piped(conversation, json_lines)
-    finally:
-        if conversation is not None and conversation.tools is not None:
-            conversation.tools.close()
-        temporary.remove(scratch)
+    # the run's tool servers write their logs under run.dir: a folder of this chat's own, removed at the end. It is
+    # made, as vLLM (in this process) makes its rendezvous file, in the command's temporary folder under trainctl's
+    # cache (trainctl.scratch): what a SIGKILL leaves there, the next trainctl removes
+    with temporary.for_this_process():
+        scratch = Path(tempfile.mkdtemp(prefix="trainctl-chat-"))
+        conversation = None
+        try:
+            served = prepare(model, [*words, f"run.dir={scratch}"], search=search_path(config_dir), command="chat")
+            render_warnings(served.warnings)
+            conversation = _start(served)
+            interactive = sys.stdin.isatty()
+            if interactive:
+                _interactive(conversation, served)
+            else:
+                _piped(conversation, json_lines)
+        finally:
+            if conversation is not None and conversation.tools is not None:
+                conversation.tools.close()
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _start(served):

@@ -94,9 +94,18 @@ def eval_command(
     Exit codes: 0 scored, 1 a problem with the model, data, reward, tasks or settings (nothing generated), 2 a usage
     error, 130 interrupted.
     """
-    from trainctl.eval.core import mark_best, prepare
+    from trainctl import scratch as temporary
 
     words, search = command_overrides(ctx, overrides, config_dir)
+    # the temporary files of what it runs in this process (vLLM's rendezvous file) and starts (tool servers) in a
+    # folder of its own under trainctl's cache, removed at the end (trainctl.scratch)
+    with temporary.for_this_process():
+        _eval(model, words, search, each_checkpoint, out, limit, no_base, tasks, include_path, num_fewshot, batch_size)
+
+
+def _eval(model, words, search, each_checkpoint, out, limit, no_base, tasks, include_path, num_fewshot, batch_size):
+    from trainctl.eval.core import mark_best, prepare
+
     if tasks is not None:
         _harness(model, words, search, tasks, include_path, num_fewshot, limit, batch_size,
                  each_checkpoint, out, not no_base)  # fmt: skip
