@@ -3,12 +3,13 @@
 The libraries a run's trainer starts write there through Python's tempfile (TMPDIR), and most never remove what they
 wrote: verl a lock file per checkpoint folder it makes (ckpt_<hash>.lock), torchrun a log folder per launch
 (torchelastic_*), wandb its staging folders, multiprocessing its listener sockets (pymp-*), vLLM a rendezvous file
-per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. One test session left about 600 of them in
-/tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's cache (`tmp/PID-XXXX-HOST`,
-PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was killed (SIGKILL: nothing
-removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands. So do the commands that run
-an engine or start servers and end with them (trainctl.cli.common.tethered): `chat` and `eval` for the `with` block
-of for_this_process (vLLM in their own process, tool servers as children), `model serve` its vLLM server.
+per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. A day of test sessions on one machine left
+about 680 of them in /tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's
+cache (`tmp/PID-XXXX-HOST`, PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was
+killed (SIGKILL: nothing removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
+The commands that run an engine or start servers and end with them (trainctl.cli.common.tethered) do the same with
+theirs: `chat` and `eval` for the length of for_this_process (vLLM in their own process, tool servers as children),
+`model serve` for its vLLM server's process.
 
 Two stay where they were, pinned because they read TMPDIR too: Ray's session folder (RAY_TMPDIR: its Unix sockets'
 paths must fit 107 bytes, which a folder under the cache does not promise) and torch inductor's compile cache
