@@ -17,7 +17,9 @@ def test_a_folder_of_this_process_own_under_the_cache_and_the_variables_that_poi
         folder = scratch.make()
         other = scratch.make()
         assert folder.parent == other.parent == Path(cache) / "tmp" and folder != other
-        assert folder.is_dir() and folder.name.startswith(f"{os.getpid()}-")
+        assert (
+            folder.is_dir() and folder.name == f"{scratch._host()}-{os.getpid()}" and other.name == f"{folder.name}.1"
+        )
         got = scratch.env(folder, {})
         assert got == {
             "TMPDIR": str(folder),
@@ -44,13 +46,13 @@ def test_a_folder_whose_owner_is_gone_is_removed_by_the_next_one_made(monkeypatc
         monkeypatch.setenv("TRAINCTL_CACHE", cache)
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
         here = scratch._host()
-        orphan = Path(cache) / "tmp" / f"{gone.stdout.strip()}-abcd-{here}"
+        orphan = Path(cache) / "tmp" / f"{here}-{gone.stdout.strip()}"
         (orphan / "pymp-x").mkdir(parents=True)
         (orphan / "ckpt_0123abcd.lock").touch()
-        live = Path(cache) / "tmp" / f"{os.getppid()}-abcd-{here}"
+        live = Path(cache) / "tmp" / f"{here}-{os.getppid()}"
         live.mkdir()
         # another machine's, in a cache on a shared file system: its PID means nothing here
-        elsewhere = Path(cache) / "tmp" / f"{gone.stdout.strip()}-abcd-{'0' * 6 if here != '0' * 6 else '1' * 6}"
+        elsewhere = Path(cache) / "tmp" / f"{'0' * 4 if here != '0' * 4 else '1' * 4}-{gone.stdout.strip()}"
         elsewhere.mkdir()
         made = scratch.make()
         assert not orphan.exists() and live.exists() and elsewhere.exists() and made.exists()

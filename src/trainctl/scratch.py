@@ -5,7 +5,7 @@ wrote: verl a lock file per checkpoint folder it makes (ckpt_<hash>.lock), torch
 (torchelastic_*), wandb its staging folders, multiprocessing its listener sockets (pymp-*), vLLM a rendezvous file
 per engine (vllm_dist_*), trainctl's TRL entry point the trainer's config. A day of test sessions on one machine left
 about 680 of them in /tmp. A run's trainer now gets TMPDIR set to a folder of its attempt's own under trainctl's
-cache (`tmp/PID-XXXX-HOST`, PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was
+cache (`tmp/HOST-PID`, PID the supervising trainctl's), removed when the attempt ends; a folder whose owner was
 killed (SIGKILL: nothing removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
 The commands that run an engine or start servers and end with them (trainctl.cli.common.tethered) do the same with
 theirs: `chat` and `eval` for the length of for_this_process (vLLM in their own process, tool servers as children),
@@ -24,7 +24,6 @@ import getpass
 import hashlib
 import os
 import re
-import secrets
 import shutil
 import socket
 import tempfile
@@ -45,14 +44,19 @@ def make() -> Path | None:
     are gone removed first), or None where its path leaves no room for a socket inside it."""
     root = cache_dir() / FOLDER
     sweep(root)
-    folder = root / f"{os.getpid()}-{secrets.token_hex(2)}-{_host()}"
-    if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX:
-        return None
-    try:
-        folder.mkdir(parents=True)
-    except FileNotFoundError:  # another trainctl removed the emptied `tmp` between the two mkdirs
-        folder.mkdir(parents=True)
-    return folder
+    name = f"{_host()}-{os.getpid()}"
+    for n in range(100):  # .N: the same process's second folder while its first is in use
+        folder = root / (name if n == 0 else f"{name}.{n}")
+        if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX:
+            return None
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # another trainctl removed the emptied `tmp` between the two mkdirs
+            folder.mkdir(parents=True)
+        return folder
+    return None
 
 
 def remove(folder: Path | None) -> None:
@@ -67,8 +71,8 @@ def sweep(root: Path) -> list[Path]:
     """Remove the folders under `root` whose owner process, on this machine, is gone; returns them. (A cache on a
     shared file system holds other machines' folders too, whose PIDs mean nothing here.)"""
     gone = []
-    for folder in root.glob(f"*-*-{_host()}"):
-        owner = folder.name.split("-", 1)[0]
+    for folder in root.glob(f"{_host()}-*"):
+        owner = folder.name.split("-", 1)[1].split(".", 1)[0]
         if owner.isdigit() and not _alive(int(owner)):
             remove(folder)
             gone.append(folder)
@@ -77,7 +81,7 @@ def sweep(root: Path) -> list[Path]:
 
 def _host() -> str:
     """This machine, in a few characters (a socket's path has few to spare)."""
-    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 
 
 def _alive(pid: int) -> bool:

@@ -103,7 +103,7 @@ def test_the_trainers_temporary_files_go_to_a_folder_of_the_attempts_own_removed
     folder = Path(seen["tempdir"])
     cache = folder.parent.parent  # the run's trainctl cache (tests/real_runs.py: cache-NAME)
     assert folder.parent.name == "tmp" and cache == real_home.root / "cache-boom", seen
-    assert folder.name.split("-")[0].isdigit(), seen
+    assert folder.name.split("-")[1].isdigit(), seen  # HOST-PID
     assert seen["env"]["TMPDIR"] == str(folder) and seen["env"]["RAY_TMPDIR"] == "/tmp", seen
     inductor = Path(seen["env"]["TORCHINDUCTOR_CACHE_DIR"])
     assert inductor.name.startswith("torchinductor_") and inductor.parent != folder, seen

@@ -186,8 +186,8 @@ def test_the_trainers_own_ray_gets_a_token_of_its_own_and_a_users_cluster_keeps_
     )
     assert "RAY_AUTH_TOKEN" not in trainer_env_at_start({"RAY_AUTH_MODE": "disabled"}, own_ray=True)
     # its temporary files go to the attempt's folder (trainctl.scratch), the user's TMPDIR stands
-    attempt = trainer_env_at_start({}, own_ray=True, scratch=tmp_path / "cache" / "tmp" / "1-abcd")
-    assert attempt["TMPDIR"] == str(tmp_path / "cache" / "tmp" / "1-abcd") and attempt["RAY_TMPDIR"] == "/tmp"
+    attempt = trainer_env_at_start({}, own_ray=True, scratch=tmp_path / "cache" / "tmp" / "abcd-1")
+    assert attempt["TMPDIR"] == str(tmp_path / "cache" / "tmp" / "abcd-1") and attempt["RAY_TMPDIR"] == "/tmp"
     assert "TMPDIR" not in own and "TMPDIR" not in trainer_env_at_start({"TMPDIR": "/t"}, True, tmp_path)
     # vLLM's sockets, with a Ray of its own (this machine), in a cache whose path fits a socket's (tmp_path's may not)
     import tempfile

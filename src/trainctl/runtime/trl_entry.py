@@ -138,9 +138,13 @@ def train_on_ray(family: str, config_path: str, resume: bool) -> None:
 
         if metrics:
             os.environ["TRAINCTL_METRICS_PATH"] = metrics
+        # each Ray Train worker's copy of the config (a cluster node has no run folder), removed when it is done
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
             fh.write(config_text)
-        train(family, fh.name, resume)
+        try:
+            train(family, fh.name, resume)
+        finally:
+            os.unlink(fh.name)
 
     trainer = TorchTrainer(
         loop,
