@@ -51,6 +51,12 @@ import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
 
 facts["agent_loop_hydra"] = type(agent_loop.hydra).__module__
 facts["agent_loop_worker_init"] = Path(agent_loop.AgentLoopWorker.__init__.__code__.co_filename).name
+import verl.trainer.ppo.v1.agent_loop_tq as agent_loop_tq  # noqa: E402
+
+facts["agent_loop_tq"] = [
+    type(agent_loop_tq.tq).__name__,
+    agent_loop_tq.list_of_dict_to_tensordict([{"x": 1}]).__class__.__name__,
+]
 import transfer_queue.client  # noqa: E402
 import transfer_queue.storage.simple_storage  # noqa: E402
 import transfer_queue.utils.common  # noqa: E402

@@ -3,6 +3,9 @@ object (a bare class target, as verl's @register writes), by Hydra otherwise."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+
 import hydra
 import pytest
 import torch
@@ -285,3 +288,243 @@ def test_a_cpu_process_gets_transfer_queues_thread_limit_once_it_imports_it(plug
     cores = min(8, psutil.cpu_count(logical=False))
     assert facts["tq_num_threads"] == [cores, cores] and facts["tq_psutil"] == "CoreCount"
     assert plugin_probe()["tq_num_threads"] == [8, 8]  # off the cpu platform, the patch leaves it as set
+
+
+@pytest.mark.parametrize("shape", [(37, 512), (3, 13, 64)], ids=["packed", "batched"])
+@pytest.mark.parametrize("chunk_elements", [1 << 22, 5 * 64], ids=["one-chunk", "many-chunks"])
+def test_log_probs_in_chunks_equal_verls_bit_for_bit_with_their_gradients(shape, chunk_elements):
+    import torch
+    from verl.utils.torch_functional import logprobs_from_logits_v2
+
+    torch.manual_seed(0)
+    logits = torch.randn(*shape, dtype=torch.float32) * 4
+    labels = torch.randint(0, shape[-1], shape[:-1])
+    weights = torch.randn(shape[:-1])
+    results = []
+    for fn in (
+        logprobs_from_logits_v2,
+        functools.partial(step_speed.logprobs_in_chunks, chunk_elements=chunk_elements),
+    ):
+        x = logits.clone().requires_grad_(True)
+        out = fn(x, labels)
+        (out * weights).sum().backward()
+        results.append((out.detach(), x.grad))
+    (want, want_grad), (got, got_grad) = results
+    assert got.shape == want.shape == shape[:-1]
+    assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
+
+
+def test_the_log_probs_patch_runs_verls_own_code_off_the_cpu_platform_and_for_bf16(monkeypatch):
+    import torch
+
+    calls = []
+    patched = step_speed.wrap_logprobs_from_logits(lambda logits, labels, inplace_backward=True: calls.append("verl"))
+    monkeypatch.setattr(step_speed, "logprobs_in_chunks", lambda logits, labels: calls.append("chunks"))
+    logits, labels = torch.zeros(4, 8), torch.zeros(4, dtype=torch.long)
+    for on_cpu, dtype in ((True, torch.float32), (True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(step_speed, "_on_cpu", lambda on_cpu=on_cpu: on_cpu)
+        patched(logits.to(dtype), labels)
+    assert calls == ["chunks", "verl", "verl"]
+
+
+class _Recording:
+    """TransferQueue's put as the agent loop's puts reach it (what each call carried), each call held until the test
+    lets it return; anything else is TransferQueue's (test_coalesced_puts_read_back_as_the_puts_one_by_one runs the
+    real one)."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+        self.gate: asyncio.Event | None = None
+        self.fail: Exception | None = None
+
+    async def async_kv_batch_put(self, **kwargs):
+        self.calls.append(kwargs)
+        await self.gate.wait()
+        if self.fail:
+            raise self.fail
+        return f"stored {len(self.calls)}"
+
+
+def _row(key: str, length: int) -> dict:
+    return {"responses": torch.arange(length), "reward_score": float(length), "uid": key}
+
+
+async def _settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def coalesced(monkeypatch):
+    """CoalescedPuts over a recording TransferQueue, and the row builder as the agent loop's module sees it."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    monkeypatch.setattr(step_speed, "_on_cpu", lambda: True)
+    monkeypatch.setattr(step_speed, "_coalescing", [False])
+    recording = _Recording()
+    puts = step_speed.wrap_transfer_queue(recording)
+    return puts, step_speed.wrap_list_of_dict_to_tensordict(list_of_dict_to_tensordict), recording
+
+
+def test_puts_made_while_one_is_in_flight_go_as_one_of_each_kind_and_each_returns_once_stored(coalesced):
+    """The first put goes at once; the samples and statuses put meanwhile go as one put of rows (in the order they
+    came, the columns verl would build for them together) and one of tags; each caller returns when its put is back."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    puts, rows, recording = coalesced
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        first = asyncio.ensure_future(
+            puts.async_kv_batch_put(keys=["a_0_0"], partition_id="train", fields=rows([_row("a", 3)]), tags=[{"n": 0}])
+        )
+        await _settle()
+        later = [
+            asyncio.ensure_future(
+                puts.async_kv_batch_put(
+                    keys=[f"{u}_0_0"], partition_id="train", fields=rows([_row(u, n)]), tags=[{"n": n}]
+                )
+            )
+            for u, n in (("b", 5), ("c", 2), ("d", 5))
+        ] + [
+            asyncio.ensure_future(puts.async_kv_put(key=u, partition_id="train", tag={"status": "running"}))
+            for u in "ef"
+        ]
+        await _settle()
+        assert len(recording.calls) == 1 and not any(f.done() for f in (first, *later))
+        recording.gate.set()
+        return await first, await asyncio.gather(*later)
+
+    first, later = asyncio.run(scenario())
+    assert first == "stored 1" and later == ["stored 2"] * 3 + ["stored 3"] * 2
+    _, samples, statuses = recording.calls
+    assert samples["keys"] == ["b_0_0", "c_0_0", "d_0_0"] and samples["tags"] == [{"n": 5}, {"n": 2}, {"n": 5}]
+    want = list_of_dict_to_tensordict([_row("b", 5), _row("c", 2), _row("d", 5)])
+    got = samples["fields"]
+    assert got["responses"].is_nested and [t.tolist() for t in got["responses"].unbind()] == [
+        t.tolist() for t in want["responses"].unbind()
+    ]
+    assert list(got["reward_score"]) == [5.0, 2.0, 5.0] and list(got["uid"]) == ["b", "c", "d"]
+    assert statuses == {
+        "keys": ["e", "f"],
+        "partition_id": "train",
+        "fields": None,
+        "tags": [{"status": "running"}] * 2,
+    }
+
+
+def test_puts_go_apart_across_partitions_fields_and_a_key_put_twice(coalesced):
+    puts, rows, recording = coalesced
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        blocker = asyncio.ensure_future(puts.async_kv_put(key="z", partition_id="train", tag={"s": 0}))
+        await _settle()
+        recording.gate.set()
+        await asyncio.gather(
+            blocker,
+            puts.async_kv_batch_put(keys=["a"], partition_id="train", fields=rows([_row("a", 1)]), tags=[{}]),
+            puts.async_kv_batch_put(keys=["b"], partition_id="val", fields=rows([_row("b", 1)]), tags=[{}]),
+            puts.async_kv_batch_put(keys=["c"], partition_id="train", fields=rows([{"other": 1}]), tags=[{}]),
+            puts.async_kv_put(key="u", partition_id="train", tag={"status": "running"}),
+            puts.async_kv_put(key="u", partition_id="train", tag={"status": "finished"}),
+        )
+
+    asyncio.run(scenario())
+    got = [(c["partition_id"], c["keys"], c["tags"]) for c in recording.calls]
+    assert got == [
+        ("train", ["z"], [{"s": 0}]),
+        ("train", ["a"], [{}]),
+        ("val", ["b"], [{}]),
+        ("train", ["c"], [{}]),
+        ("train", ["u"], [{"status": "running"}]),
+        ("train", ["u"], [{"status": "finished"}]),
+    ]
+
+
+def test_a_failed_put_fails_each_put_in_it_and_later_puts_go_on(coalesced):
+    puts, _, recording = coalesced
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        recording.gate.set()
+        recording.fail = RuntimeError("storage unit gone")
+        failed = await asyncio.gather(
+            *(puts.async_kv_put(key=k, partition_id="train", tag={}) for k in "ab"), return_exceptions=True
+        )
+        recording.fail = None
+        return failed, await puts.async_kv_put(key="c", partition_id="train", tag={})
+
+    failed, after = asyncio.run(scenario())
+    assert [str(e) for e in failed] == ["storage unit gone"] * 2 and after.startswith("stored")
+
+
+def test_what_coalesced_puts_do_not_take_goes_to_transfer_queue_as_it_came(coalesced):
+    """A TensorDict built elsewhere, a put with a data parser, a put of data under one key: TransferQueue's own."""
+    from tensordict import TensorDict
+
+    puts, rows, recording = coalesced
+    seen = []
+
+    async def kv_put(**kwargs):
+        seen.append(kwargs)
+
+    recording.async_kv_put = kv_put
+    built = TensorDict({"x": torch.zeros(1, 2)}, batch_size=[1])
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        recording.gate.set()
+        await puts.async_kv_batch_put(keys=["a"], partition_id="train", fields=built, tags=[{}])
+        await puts.async_kv_batch_put(keys=["b"], partition_id="train", fields=rows([{"x": 1}]), data_parser=len)
+        await puts.async_kv_put(key="c", partition_id="train", fields={"x": torch.zeros(2)})
+
+    asyncio.run(scenario())
+    assert recording.calls[0]["fields"] is built and type(recording.calls[1]["fields"]).__name__ == "TensorDict"
+    assert recording.calls[1]["data_parser"] is len and seen[0]["key"] == "c"
+
+
+def test_off_the_cpu_platform_the_agent_loop_puts_through_transfer_queue_itself(monkeypatch):
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    monkeypatch.setattr(step_speed, "_on_cpu", lambda: False)
+    monkeypatch.setattr(step_speed, "_coalescing", [False])
+    module = object()
+    assert step_speed.wrap_transfer_queue(module) is module
+    rows = step_speed.wrap_list_of_dict_to_tensordict(list_of_dict_to_tensordict)([{"x": 1}])
+    assert type(rows).__name__ == "TensorDict"
+
+
+def test_a_cpu_process_puts_through_coalesced_puts_once_it_imports_the_tq_agent_loop(plugin_probe):
+    assert plugin_probe(VERL_PLATFORM="cpu")["agent_loop_tq"] == ["CoalescedPuts", "Rows"]
+    assert plugin_probe()["agent_loop_tq"] == ["module", "TensorDict"]
+
+
+def test_coalesced_puts_are_sent_to_the_agent_loops_process_as_themselves():
+    """Ray sends verl's agent-loop worker class by value, with the module globals its methods use: the stand-in
+    arrives as a stand-in (made there), not as an object that fails to unpickle."""
+    import pickle
+
+    import transfer_queue
+
+    stand_in = step_speed.CoalescedPuts(transfer_queue, None)
+    assert isinstance(pickle.loads(pickle.dumps(stand_in)), (step_speed.CoalescedPuts, type(transfer_queue)))
+
+
+@pytest.mark.slow
+def test_coalesced_puts_read_back_as_the_puts_one_by_one():
+    """A real TransferQueue (tests/runtime/tq_puts_probe.py: a local Ray, its controller and storage unit): 24
+    samples and 6 statuses put one by one and through CoalescedPuts read back the same, field by field and tag by
+    tag, from far fewer puts."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).with_name("tq_puts_probe.py")
+    out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["field_names"][0] == facts["field_names"][1] and all(facts["fields"].values()), facts
+    assert facts["tags_equal"] and facts["tags"] == 30
+    assert facts["puts"]["a"] == 30 and facts["puts"]["b"] <= 10, facts["puts"]

@@ -9,8 +9,6 @@ import inspect
 import json
 from types import SimpleNamespace
 
-import pytest
-
 from trainctl.runtime import verl_patches
 
 # sha256 of the source of each patched function in verl 0.9.1
@@ -46,6 +44,12 @@ PINNED = {
     # verl.utils.torch_functional's, imported by name into the engine module (which is where it is replaced)
     ("verl.workers.engine.fsdp.transformer_impl", "logprobs_from_logits"): (
         "dffd21fe40eb806b45d740d0753a7f969889366c80e32e354988cc20f1e9d726"
+    ),
+    # TransferQueue and verl's row builder as verl's TQ agent-loop worker sees them: pinned are the methods that put
+    # a prompt's statuses and a sample's rows
+    ("verl.trainer.ppo.v1.agent_loop_tq", "tq"): "3d9bca6b0ea5fe25f5f99d3d86ba874a87f649fe362d379dc434409228cd6d32",
+    ("verl.trainer.ppo.v1.agent_loop_tq", "list_of_dict_to_tensordict"): (
+        "523edacbff73640dee470baf8c1f09fb3450e4095c05d5d2226f9ef706604b5b"
     ),
     # Hydra as verl's agent-loop module sees it: pinned is the method that instantiates each sample's agent loop
     ("verl.experimental.agent_loop.agent_loop", "hydra"): (
@@ -100,6 +104,8 @@ PINNED = {
 _PINNED_USER = {
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"): "FSDPEngine._build_fsdp_module",
     ("transfer_queue.interface", "TransferQueueController"): "init",
+    ("verl.trainer.ppo.v1.agent_loop_tq", "tq"): "AgentLoopWorkerTQ._run_prompt",
+    ("verl.trainer.ppo.v1.agent_loop_tq", "list_of_dict_to_tensordict"): "AgentLoopWorkerTQ._agent_loop_postprocess",
     ("verl.experimental.agent_loop.agent_loop", "hydra"): "AgentLoopWorker._run_agent_loop",
     ("transfer_queue.utils.common", "psutil"): "limit_pytorch_auto_parallel_threads",
     ("transfer_queue.client", "TQ_NUM_THREADS"): "AsyncTransferQueueClient.async_put",
@@ -213,43 +219,6 @@ def test_the_log_probs_fallback_still_loops_over_rows():
     assert "logprobs_from_logits_v2(logits, labels)" in inspect.getsource(torch_functional.logprobs_from_logits)
     v2 = inspect.getsource(torch_functional.logprobs_from_logits_v2)
     assert "torch.stack([torch.logsumexp(logit, dim=-1) for logit in logits])" in v2
-
-
-@pytest.mark.parametrize("shape", [(37, 512), (3, 13, 64)], ids=["packed", "batched"])
-@pytest.mark.parametrize("chunk_elements", [1 << 22, 5 * 64], ids=["one-chunk", "many-chunks"])
-def test_log_probs_in_chunks_equal_verls_bit_for_bit_with_their_gradients(shape, chunk_elements):
-    import torch
-    from verl.utils.torch_functional import logprobs_from_logits_v2
-
-    torch.manual_seed(0)
-    logits = torch.randn(*shape, dtype=torch.float32) * 4
-    labels = torch.randint(0, shape[-1], shape[:-1])
-    weights = torch.randn(shape[:-1])
-    results = []
-    for fn in (
-        logprobs_from_logits_v2,
-        functools.partial(verl_patches.logprobs_in_chunks, chunk_elements=chunk_elements),
-    ):
-        x = logits.clone().requires_grad_(True)
-        out = fn(x, labels)
-        (out * weights).sum().backward()
-        results.append((out.detach(), x.grad))
-    (want, want_grad), (got, got_grad) = results
-    assert got.shape == want.shape == shape[:-1]
-    assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
-
-
-def test_the_log_probs_patch_runs_verls_own_code_off_the_cpu_platform_and_for_bf16(monkeypatch):
-    import torch
-
-    calls = []
-    patched = verl_patches._logprobs_from_logits(lambda logits, labels, inplace_backward=True: calls.append("verl"))
-    monkeypatch.setattr(verl_patches, "logprobs_in_chunks", lambda logits, labels: calls.append("chunks"))
-    logits, labels = torch.zeros(4, 8), torch.zeros(4, dtype=torch.long)
-    for on_cpu, dtype in ((True, torch.float32), (True, torch.bfloat16), (False, torch.float32)):
-        monkeypatch.setattr(verl_patches, "_on_cpu", lambda on_cpu=on_cpu: on_cpu)
-        patched(logits.to(dtype), labels)
-    assert calls == ["chunks", "verl", "verl"]
 
 
 def test_the_plugin_wraps_the_trainer_only_when_trainctl_asks(plugin_probe):

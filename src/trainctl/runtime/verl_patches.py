@@ -79,6 +79,12 @@ PATCHES = {
         "backward for 528 tokens of the tiny model, against 1.7 ms in chunks; the tiny recipe's GRPO step does it "
         "12 times (old log-probs, reference, update: 4 micro-batches each)"
     ),
+    # verl's TQ agent-loop worker puts each sample (and each prompt's status) into TransferQueue on its own
+    ("verl.trainer.ppo.v1.agent_loop_tq", "tq"): (
+        "one put a sample and two a prompt, each a round trip to TransferQueue's controller and storage unit while "
+        "the step waits (trainctl.runtime.step_speed)"
+    ),
+    ("verl.trainer.ppo.v1.agent_loop_tq", "list_of_dict_to_tensordict"): "a sample's rows, for the puts above",
     ("verl.experimental.agent_loop.agent_loop", "hydra"): (
         "each sample's agent loop is built by Hydra from a bare class target (trainctl.runtime.step_speed)"
     ),
@@ -150,10 +156,6 @@ VLLM_CPU_START_PATCHES = {
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
 # TransferQueue metadata listing, a few milliseconds)
 CPU_POLL_INTERVAL_S = 0.05
-
-# elements of logits per logsumexp on the cpu platform: a 16 MB temporary in fp32, whatever the vocabulary (verl's
-# row-at-a-time loop bounds memory too, at one Python iteration per token)
-CPU_LOGSUMEXP_CHUNK_ELEMENTS = 1 << 22
 
 _APPLIED: dict[tuple[str, str], object] = {}
 
@@ -360,32 +362,6 @@ def _replay_buffer_init(original):
     return __init__
 
 
-def logprobs_in_chunks(logits, labels, chunk_elements: int = CPU_LOGSUMEXP_CHUNK_ELEMENTS):
-    """log_softmax(logits)[labels] as verl's logprobs_from_logits_v2 computes it for fp32/fp64 (the label's logit
-    minus the row's logsumexp), over as many rows at once as fit in `chunk_elements`: the same values, bit for bit
-    (tests/runtime/test_verl_patches.py), without a Python iteration per token."""
-    import torch
-
-    vocab = logits.shape[-1]
-    rows = logits.reshape(-1, vocab)
-    label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
-    per_chunk = max(1, chunk_elements // vocab)
-    logsumexp = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in rows.split(per_chunk)])
-    return label_logits - logsumexp.view(label_logits.shape)
-
-
-def _logprobs_from_logits(original):
-    import torch
-
-    @functools.wraps(original)
-    def logprobs_from_logits(logits, labels, inplace_backward=True):
-        if not _on_cpu() or logits.dtype not in (torch.float32, torch.float64):
-            return original(logits, labels, inplace_backward)
-        return logprobs_in_chunks(logits, labels)
-
-    return logprobs_from_logits
-
-
 @functools.cache
 def metric_sets() -> tuple:
     """The metric sets this process adds to the training log, as trainctl's launch environment asks (each set's ENV:
@@ -483,7 +459,7 @@ _WRAPPERS = {
     "CPUOffloadPolicy": _cpu_offload_policy,
     "load_valuehead_model": _load_valuehead_model,
     "ReplayBuffer.__init__": _replay_buffer_init,
-    "logprobs_from_logits": _logprobs_from_logits,
+    "logprobs_from_logits": _wrapper("step_speed", "wrap_logprobs_from_logits"),
     "dispatch_cpu_unquantized_gemm": _wrapper("vllm_cpu", "wrap_gemm_dispatch"),
     "_run_in_subprocess": _wrapper("vllm_cpu", "wrap_model_inspection"),
     "compute_data_metrics": _compute_data_metrics,
@@ -491,6 +467,8 @@ _WRAPPERS = {
     "PPOTrainer._validate": _validate,
     "PPOTrainer.step": _step,
     "hydra": _wrapper("step_speed", "wrap_hydra"),
+    "tq": _wrapper("step_speed", "wrap_transfer_queue"),
+    "list_of_dict_to_tensordict": _wrapper("step_speed", "wrap_list_of_dict_to_tensordict"),
     "FSDPEngineWithLMHead.forward_step": _wrapper("step_speed", "wrap_forward_step"),
     "AgentLoopWorker.__init__": _wrapper("step_speed", "wrap_agent_loop_worker_init"),
     "psutil": _wrapper("step_speed", "wrap_psutil"),
