@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from common import VENV_BIN, Row, interleaved, report, reps
+from common import VENV_BIN, Row, baseline_src, interleaved, report, reps
 
 TRAINCTL = str(VENV_BIN / "trainctl")
 PYTHON = str(VENV_BIN / "python")
@@ -74,8 +74,7 @@ def _against_baseline(label: str, argv: list[str], expect: int, env: dict, work:
 
 def main() -> list[Row]:
     n = reps()
-    src = os.environ.get("BENCH_BASELINE_SRC")
-    base = Path(src).resolve() if src else None
+    base = baseline_src()
     base_note = f"baseline: {base}" if base else "baseline: issue 54's figure for 7cbd8d3"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

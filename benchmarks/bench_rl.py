@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, VENV_BIN, Row, report, reps
+from common import ROOT, VENV_BIN, Row, baseline_src, report, reps
 
 TRAINCTL = str(VENV_BIN / "trainctl")
 STEPS = 5
@@ -67,10 +67,10 @@ def _summary(runs: list[dict]) -> dict:
 
 def main() -> list[Row]:
     n = reps(2)
-    baseline_src = os.environ.get("BENCH_RL_BASELINE_SRC")
+    baseline = baseline_src("BENCH_RL_BASELINE_SRC")
     sources = {"trainctl": ROOT / "src"}
-    if baseline_src:
-        sources = {"baseline": Path(baseline_src).resolve(), **sources}
+    if baseline:
+        sources = {"baseline": baseline, **sources}
     runs: dict[str, list[dict]] = {k: [] for k in sources}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

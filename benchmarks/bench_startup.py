@@ -30,7 +30,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from common import RESULTS, VENV_BIN, Row, interleaved, report, reps
+from common import RESULTS, VENV_BIN, Row, baseline_src, interleaved, report, reps
 
 TRAINCTL = str(VENV_BIN / "trainctl")
 STEPS = 5
@@ -127,10 +127,10 @@ def _summary(runs: list[dict]) -> dict:
 
 def main() -> list[Row]:
     n = reps(3)
-    baseline = os.environ.get("BENCH_BASELINE_SRC")
+    baseline = baseline_src()
     sources = {"trainctl": None}
     if baseline:
-        sources = {"baseline": Path(baseline).resolve(), **sources}
+        sources = {"baseline": baseline, **sources}
     runs: dict[str, list[dict]] = {k: [] for k in sources}
     answers: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
