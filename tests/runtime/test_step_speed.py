@@ -459,6 +459,48 @@ def test_a_failed_put_fails_each_put_in_it_and_later_puts_go_on(coalesced):
     assert [str(e) for e in failed] == ["storage unit gone"] * 2 and after.startswith("stored")
 
 
+def test_rows_that_cannot_share_columns_are_put_each_on_its_own(coalesced):
+    """A tensor ragged past its first dimension (multimodal position ids: 3 x length) cannot be nested with another
+    sample's: each put goes as verl would have made it, and one verl could not have built fails alone."""
+    puts, rows, recording = coalesced
+    ragged = [{"position_ids": torch.zeros(3, n, dtype=torch.long)} for n in (4, 6)]
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        blocker = asyncio.ensure_future(puts.async_kv_put(key="z", partition_id="train", tag={}))
+        await _settle()
+        recording.gate.set()
+        return await asyncio.gather(
+            blocker,
+            *(
+                puts.async_kv_batch_put(keys=[f"k{i}"], partition_id="train", fields=rows([row]), tags=[{}])
+                for i, row in enumerate(ragged)
+            ),
+            puts.async_kv_batch_put(
+                keys=["bad"], partition_id="train", fields=rows([{"position_ids": 1}, {}]), tags=[{}, {}]
+            ),
+            return_exceptions=True,
+        )
+
+    *stored, failed = asyncio.run(scenario())
+    assert stored == ["stored 1", "stored 2", "stored 3"] and isinstance(failed, KeyError)
+    assert [c["keys"] for c in recording.calls] == [["z"], ["k0"], ["k1"]]
+    assert recording.calls[2]["fields"]["position_ids"].shape == (1, 3, 6)
+
+
+def test_puts_waiting_on_a_cancelled_flush_are_cancelled_not_left_waiting(coalesced):
+    puts, _, recording = coalesced
+
+    async def scenario():
+        recording.gate = asyncio.Event()
+        waiting = [asyncio.ensure_future(puts.async_kv_put(key=k, partition_id="train", tag={})) for k in "abc"]
+        await _settle()
+        puts._flushing.cancel()  # the worker's event loop closing
+        return await asyncio.gather(*waiting, return_exceptions=True)
+
+    assert all(isinstance(r, asyncio.CancelledError) for r in asyncio.run(scenario()))
+
+
 def test_what_coalesced_puts_do_not_take_goes_to_transfer_queue_as_it_came(coalesced):
     """A TensorDict built elsewhere, a put with a data parser, a put of data under one key: TransferQueue's own."""
     from tensordict import TensorDict

@@ -314,11 +314,19 @@ class CoalescedPuts:
         return await put.done
 
     async def _flush(self) -> None:
+        groups: list[list[_Put]] = []
         try:
             while self._waiting:
                 waiting, self._waiting = self._waiting, []
-                for group in together(waiting):
-                    await self._put(group)
+                groups = together(waiting)
+                while groups:
+                    await self._put(groups[0])
+                    groups.pop(0)
+        except BaseException:  # cancelled (the worker's event loop closing): no put is left waiting on this flush
+            for put in [*(p for group in groups for p in group), *self._waiting]:
+                put.done.cancel()
+            self._waiting = []
+            raise
         finally:
             self._flushing = None
 
@@ -326,20 +334,37 @@ class CoalescedPuts:
         first = group[0]
         try:
             rows = None if first.rows is None else self._to_tensordict([row for put in group for row in put.rows])
+        except Exception:  # rows that cannot share columns (a tensor ragged past its first dimension): each on its own
+            for put in group:
+                try:
+                    rows = self._to_tensordict(put.rows)
+                except Exception as err:  # as it would have failed in verl's own put
+                    _fail([put], err)
+                    continue
+                await self._put_as_one([put], rows)
+            return
+        await self._put_as_one(group, rows)
+
+    async def _put_as_one(self, group: list[_Put], rows) -> None:
+        try:
             stored = await self._tq.async_kv_batch_put(
                 keys=[key for put in group for key in put.keys],
-                partition_id=first.partition_id,
+                partition_id=group[0].partition_id,
                 fields=rows,
-                tags=None if first.tags is None else [tag for put in group for tag in put.tags],
+                tags=None if group[0].tags is None else [tag for put in group for tag in put.tags],
             )
         except Exception as err:  # each waiting put fails as its own would have
-            for put in group:
-                if not put.done.done():
-                    put.done.set_exception(err)
+            _fail(group, err)
             return
         for put in group:
             if not put.done.done():  # its caller may have been cancelled
                 put.done.set_result(stored)
+
+
+def _fail(puts: list[_Put], err: Exception) -> None:
+    for put in puts:
+        if not put.done.done():  # its caller may have been cancelled
+            put.done.set_exception(err)
 
 
 def together(puts: list[_Put]) -> list[list[_Put]]:
