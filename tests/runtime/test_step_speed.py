@@ -360,7 +360,6 @@ def coalesced(monkeypatch):
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     monkeypatch.setattr(step_speed, "_on_cpu", lambda: True)
-    monkeypatch.setattr(step_speed, "_coalescing", [False])
     recording = _Recording()
     puts = step_speed.wrap_transfer_queue(recording)
     return puts, step_speed.wrap_list_of_dict_to_tensordict(list_of_dict_to_tensordict), recording
@@ -530,7 +529,6 @@ def test_off_the_cpu_platform_the_agent_loop_puts_through_transfer_queue_itself(
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     monkeypatch.setattr(step_speed, "_on_cpu", lambda: False)
-    monkeypatch.setattr(step_speed, "_coalescing", [False])
     module = object()
     assert step_speed.wrap_transfer_queue(module) is module
     rows = step_speed.wrap_list_of_dict_to_tensordict(list_of_dict_to_tensordict)([{"x": 1}])

@@ -246,17 +246,15 @@ def wrap_logprobs_from_logits(original):
 
 class Rows(list):
     """A sample's rows as verl's TQ agent loop hands them to `list_of_dict_to_tensordict` before its put: kept as they
-    are where its puts go through CoalescedPuts, which puts them with the rows of the other puts waiting then."""
-
-
-# whether this process's TQ agent loop puts through CoalescedPuts (set where one is made): only then are rows kept
-_coalescing = [False]
+    are on the cpu platform, where its puts go through CoalescedPuts, which puts them with the other puts' rows."""
 
 
 def wrap_list_of_dict_to_tensordict(original):
+    # decided where it runs, as wrap_transfer_queue is: Ray sends the worker class's module globals by value, this
+    # wrapper and the stand-in among them, and each asks the worker's own platform
     @functools.wraps(original)
     def list_of_dict_to_tensordict(rows):
-        return Rows(rows) if _coalescing[0] else original(rows)
+        return Rows(rows) if _on_cpu() else original(rows)
 
     return list_of_dict_to_tensordict
 
@@ -390,7 +388,4 @@ def _coalesced_transfer_queue():
 def wrap_transfer_queue(original):
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    if not _on_cpu():
-        return original
-    _coalescing[0] = True
-    return CoalescedPuts(original, list_of_dict_to_tensordict)
+    return CoalescedPuts(original, list_of_dict_to_tensordict) if _on_cpu() else original
