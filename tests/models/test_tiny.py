@@ -79,6 +79,23 @@ def test_a_warm_start_that_misses_its_target_stops_at_the_cap(tiny_model_dir, tm
     assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "tokenizer.json").is_file()
 
 
+def test_a_probe_stops_at_the_first_count_short_of_what_the_warm_start_needs(tiny_model_dir):
+    """The warm start trains on whatever the rest of a probe would say once the copied calls or the final answers
+    fall short (most probes before the copying sets in): those are not probed. A whole probe counts the same."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainctl.data.tools import arith_rows
+    from trainctl.models.tool_warm_start import probe
+
+    rows = list(arith_rows("tool_sft", "warmup", 4, 0))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    whole = probe(model, tokenizer, rows)
+    assert whole[0] == whole[1] == 0 and whole[2] is not None and 0 <= whole[3] < 0.5, "a random model copies nothing"
+    assert probe(model, tokenizer, rows, needed=2) == (0, None, None, None)
+    assert model.training, "left training, as the warm start found it"
+
+
 def test_the_warm_starts_shared_prefix_is_the_full_forward_pass_of_every_row(tiny_model_dir):
     """The warm start computes the rows' shared prefix once a step (tool_warm_start.prefixed_loss): its loss and
     gradients are those of the full rows, each through the model on its own, to fp32 rounding."""

@@ -110,10 +110,14 @@ def call_probabilities(model, tokenizer, prompts: list[str]):
     return torch.softmax(logits, dim=-1)[:, first]
 
 
-def probe(model, tokenizer, rows: list[dict]) -> tuple[int, int, int, float]:
+def probe(model, tokenizer, rows: list[dict], needed: float = 0.0) -> tuple[int, int | None, int | None, float | None]:
     """Of `rows`' questions (calculator demonstrations): for how many the model, given its call up to the
     expression, greedily writes the question's expression; for how many, given the calculator's answer, it writes
-    `#### N`; for how many it greedily starts a call; and the mean probability that it does."""
+    `#### N`; for how many it greedily starts a call; and the mean probability that it does.
+
+    In that order, and once a count of the first two is under `needed` the rest are not probed (None): the warm start
+    goes on training then whatever they would say, and its early probes mostly stop at the first (the answers'
+    30 greedy tokens are most of a probe's cost)."""
     import torch
 
     calls = []
@@ -121,17 +125,31 @@ def probe(model, tokenizer, rows: list[dict]) -> tuple[int, int, int, float]:
         rendered = render(tokenizer, row, 2, False)
         calls.append(rendered[: rendered.index(EXPRESSION) + len(EXPRESSION)])
     model.eval()
-    with torch.no_grad():
-        copied = _greedy(model, tokenizer, calls, max_new_tokens=12)
-        answers = _greedy(model, tokenizer, [render(tokenizer, r, 3, True) for r in rows], max_new_tokens=30)
-        starts = call_probabilities(model, tokenizer, [render(tokenizer, r, 1, True) for r in rows])
-    model.train()
-    calls_right = answers_right = 0
-    for row, call, answer in zip(rows, copied, answers, strict=True):
-        (wanted,) = row["messages"][1]["tool_calls"]
-        calls_right += call.startswith(json.loads(wanted["function"]["arguments"])["expression"] + '"')
-        answers_right += f"#### {row['messages'][2]['content']}" in answer
+    try:
+        with torch.no_grad():
+            copied = _greedy(model, tokenizer, calls, max_new_tokens=12)
+            calls_right = sum(
+                call.startswith(json.loads(_call(row)["function"]["arguments"])["expression"] + '"')
+                for row, call in zip(rows, copied, strict=True)
+            )
+            if calls_right < needed:
+                return calls_right, None, None, None
+            answers = _greedy(model, tokenizer, [render(tokenizer, r, 3, True) for r in rows], max_new_tokens=30)
+            answers_right = sum(
+                f"#### {row['messages'][2]['content']}" in answer for row, answer in zip(rows, answers, strict=True)
+            )
+            if answers_right < needed:
+                return calls_right, answers_right, None, None
+            starts = call_probabilities(model, tokenizer, [render(tokenizer, r, 1, True) for r in rows])
+    finally:
+        model.train()
     return calls_right, answers_right, int((starts > 0.5).sum()), round(float(starts.mean()), 3)
+
+
+def _call(row: dict) -> dict:
+    """The demonstration's one calculator call."""
+    (wanted,) = row["messages"][1]["tool_calls"]
+    return wanted
 
 
 def direct(row: dict) -> dict:
@@ -193,8 +211,10 @@ def warm_start(
         if progress:
             progress(1)
         if (step >= first_probe and step % probe_every == 0) or step == max_steps:
-            calls, answers, greedy, share = probe(model, tokenizer, probe_rows)
-            if min(calls, answers) < target * len(probe_rows):
+            # the last probe whole: it is what the warm start reports
+            needed = 0.0 if step == max_steps else target * len(probe_rows)
+            calls, answers, greedy, share = probe(model, tokenizer, probe_rows, needed)
+            if greedy is None or min(calls, answers) < target * len(probe_rows):
                 continue
             if greedy >= GREEDY_CALLS * len(probe_rows) and share <= CALL_SHARE_MAX:
                 break
