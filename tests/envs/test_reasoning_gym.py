@@ -230,9 +230,11 @@ LEARNING = (
     "verl.actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "verl.actor_rollout_ref.rollout.val_kwargs.n=4",
 )  # fmt: skip
 LEARNED = 0.05
-# its curriculum: a task's level goes up when its mean train reward over 2 steps reaches 0.04 (the form half learned):
-# measured, a first raise at step 5-8
-CURRICULUM = ("env.curriculum.enabled=true", "env.curriculum.raise_at=0.04", "env.curriculum.window=2")
+# its curriculum: a task's level goes up when its mean train reward over 2 steps reaches RAISE_AT (the form a third
+# learned). At 0.04 a first raise came at step 5-8 in three runs, and in a suite run at none of the 9 steps (the best
+# two-step mean 0.040, basic_arithmetic's at steps 7-8; 0.0325 at steps 6-7)
+RAISE_AT = 0.03
+CURRICULUM = ("env.curriculum.enabled=true", f"env.curriculum.raise_at={RAISE_AT}", "env.curriculum.window=2")
 STEPS = 8
 TASKS = ("spell_backward", "basic_arithmetic")
 HELD_OUT = "val-aux/reasoning_gym/{}/reward/mean@4"
@@ -292,14 +294,14 @@ def test_the_curriculum_raises_a_level_when_the_reward_reaches_it_and_a_resumed_
 
     metrics = read_metrics(env_run.path)
     reached = {t: metrics[STEPS + 1][f"env/{t}/level"] for t in TASKS}
-    assert max(reached.values()) >= 1, reached  # measured: a first raise at step 5-8
+    assert max(reached.values()) >= 1, reached
     for task in TASKS:
         levels = [metrics[step][f"env/{task}/level"] for step in range(1, STEPS + 2)]
         level, window = 0, []
         for step, logged in enumerate(levels, 1):
             reward = metrics[step].get(f"env/{task}/reward")  # none: no prompt of the task in the step's batch
             window = [*window, reward][-2:] if reward is not None else window
-            if len(window) == 2 and sum(window) / 2 >= 0.04:
+            if len(window) == 2 and sum(window) / 2 >= RAISE_AT:
                 level, window = level + 1, []
             assert logged == level, (task, step, levels)
     assert sorted(p.name for p in (env_run.path / "metrics").glob("attempt-*.jsonl")) == [
