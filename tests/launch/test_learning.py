@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from statistics import mean
 
 import pytest
 import yaml
@@ -100,13 +101,19 @@ def test_grpo_moves_a_simple_reward_of_the_users_own(function, cli, ready, tmp_p
 # and 2: the share of training trajectories with a call the calculator answered, steps 1-3 -> 8-10, 0.72 -> 0.94,
 # 0.66 -> 0.89, 0.75 -> 0.92; eval of the sampled policy on the test split (64 prompts x 4, temperature 1), before ->
 # after: the reward 0.47 -> 0.64, 0.44 -> 0.69, 0.42 -> 0.65, the share of trajectories with a call 0.63 -> 0.95,
-# 0.57 -> 0.94, 0.65 -> 0.92. The call shares' margins are about half the smallest gain. The eval reward varies more
+# 0.57 -> 0.94, 0.65 -> 0.92. The eval call share's margin is about half the smallest gain. The eval reward varies more
 # from run to run of the same warm start (verl's agent loop interleaves trajectories as the machine's load has it):
 # seed 0 on a quiet machine 0.37 -> 0.56, in the suite 0.43 -> 0.51; its margin only guards against calls that stop
 # paying. (The training reward barely moves: each step's 8 questions differ in how hard their answers are to copy
 # more than the calls change it.) On vLLM's CPU build (the session's agent run, seed 0, quiet machine): the call share
 # 0.72 -> 0.88, the eval reward 0.36 -> 0.52 and the call share 0.65 -> 0.91.
-AGENT_CALLED_GAIN = 0.08
+# The training share is compared from step 1 (sampled before the first update: 0.66-0.70 in every run, as each step
+# draws the same 8 questions) to the mean of the last half of the steps, not from window to window: the policy moves
+# most in its first two updates, and 8 questions a step leave a 3-step window's mean too noisy for its few points of
+# headroom (on vLLM, where the share levels off at 0.8-0.85, five suite runs' steps 1-3 -> 8-10 rose by 0.04-0.15 and
+# two failed a margin of 0.08; their held-out call shares rose 0.68 -> 0.87). From step 1 to steps 6-10, those five
+# rose by 0.094, 0.116, 0.150, 0.152 and 0.154 (a sixth, alone, by 0.140); the margin is about half the smallest.
+AGENT_CALLED_GAIN = 0.05
 AGENT_EVAL_REWARD_GAIN = 0.04
 AGENT_EVAL_CALLED_GAIN = 0.12
 
@@ -128,8 +135,12 @@ def assert_agent_learned(run: Path, cli, tmp_path: Path) -> None:
         samples = [json.loads(line) for line in (run / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
         answered = [[r for r in RESULT.findall(s["output"]) if r and not r.startswith("Error")] for s in samples]
         called.append(sum(map(bool, answered)) / len(samples))
-    why = moved(called, AGENT_CALLED_GAIN, window=3)
-    assert why is None, f"the share of trajectories with a call the calculator answered {why}: {called}"
+    before, after = called[0], mean(called[len(called) // 2 :])
+    assert after >= before + AGENT_CALLED_GAIN, (
+        f"the share of trajectories with a call the calculator answered, step 1 -> the mean of steps "
+        f"{len(called) // 2 + 1}-{len(called)}: {before:.4f} -> {after:.4f}; wanted a rise of at least "
+        f"{AGENT_CALLED_GAIN}: {called}"
+    )
 
     assert cli("data", "prep", "arith-tools").exit_code == 0  # the test split, in this test's home
     # both through trainctl's sampler, whichever engine the run sampled with: the policies compared, not the engines
