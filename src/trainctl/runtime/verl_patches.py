@@ -151,6 +151,14 @@ VLLM_CPU_START_PATCHES = {
         "that the engine's process does not initialize CUDA. A CPU has no CUDA to keep uninitialized: the class is "
         "inspected in the process (~1.6 s). The result is cached under VLLM_CACHE_ROOT either way"
     ),
+    # the CPU sampler's two compiled functions, each compiled on an engine's first sampled token (~10 s of CPU)
+    ("vllm.v1.sample.ops.topk_topp_sampler", "compiled_random_sample"): (
+        "the random draw: eager for a vocabulary under trainctl.runtime.vllm_cpu.EAGER_SAMPLER_VOCAB tokens, where its "
+        "compile takes longer than every draw of a run"
+    ),
+    ("vllm.v1.sample.sampler", "batched_count_greater_than"): (
+        "each sampled token's rank among the logprobs (verl asks for logprobs): eager for the same vocabularies"
+    ),
 }
 
 # seconds between the replay buffer's checks for finished rollouts on the cpu platform (each check is one
@@ -462,6 +470,8 @@ _WRAPPERS = {
     "logprobs_from_logits": _wrapper("step_speed", "wrap_logprobs_from_logits"),
     "dispatch_cpu_unquantized_gemm": _wrapper("vllm_cpu", "wrap_gemm_dispatch"),
     "_run_in_subprocess": _wrapper("vllm_cpu", "wrap_model_inspection"),
+    "compiled_random_sample": _wrapper("vllm_cpu", "wrap_random_sample"),
+    "batched_count_greater_than": _wrapper("vllm_cpu", "wrap_count_greater_than"),
     "compute_data_metrics": _compute_data_metrics,
     "PPOTrainer._compute_metrics": _compute_metrics,
     "PPOTrainer._validate": _validate,
