@@ -85,6 +85,8 @@ def test_model_serve_on_vllm_answers_the_openai_client_as_eval_and_ends_on_sigte
         code, started, left = server.end(signal.SIGTERM)
     assert code == 130 and "Stopped (SIGTERM)." in server.output, server.output[-3000:]
     assert "with vLLM's OpenAI server" in server.output
+    # its engine's process forked from the server, not a fresh Python importing torch and vLLM again (~15 s of CPU)
+    assert "trainctl: vLLM's engine process forked from its server, not spawned" in server.output
     _vllms(started)
     assert not left, f"still running {LEFT_WITHIN:g} s after SIGTERM: {left}"
     assert not scratch.exists(), "the server's temporary folder went with it"

@@ -19,8 +19,8 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # the engine in the process that asks for it: each process vLLM spawns imports torch and vLLM again (8-9 s on this
 # machine), and the CPU build turns its one-process executor ("uni", CPU_ENGINE_ARGS) into one more process unless
 # this is 0. An offline engine (eval, chat) starts in 8 s instead of 23; a server (the rollout's, model serve's) keeps
-# its engine process, without the worker process beside it (the rollout's forked rather than spawned:
-# trainctl.runtime.vllm_cpu.engine_core_forked)
+# its engine process, without the worker process beside it (forked rather than spawned: the rollout's by
+# trainctl.runtime.vllm_cpu.engine_core_forked, model serve's by its fork_engine_cores)
 CPU_ENV_DEFAULTS = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
@@ -29,6 +29,10 @@ CPU_ENV_DEFAULTS = {
 # engine arguments the CPU build gets from trainctl (the rollout's through conf/mapping/verl_ppo.yaml): eager fp32,
 # the model run in the engine's own process
 CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"}
+
+# set for vLLM's server that `trainctl model serve` starts on the CPU: trainctl's vLLM plugin has it fork its engine's
+# process rather than spawn a fresh Python that imports torch and vLLM again (~15 s of CPU on 2 cores)
+ENGINE_FORK_ENV = "TRAINCTL_VLLM_FORK_ENGINE"
 
 
 def cpu_env() -> dict[str, str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainctl.errors import TrainctlError
-from trainctl.facts.vllm import CPU_ENGINE_ARGS, cpu_env, home_env, rpc_env
+from trainctl.facts.vllm import CPU_ENGINE_ARGS, ENGINE_FORK_ENV, cpu_env, home_env, rpc_env
 from trainctl.inference.model import Served
 
 # verl's tool-call parser names (multi_turn.format) -> vLLM's --tool-call-parser names, where vLLM has the same format
@@ -123,6 +123,8 @@ def run(
     from trainctl.launchers.supervisor import parent_death_signal
 
     env = environment(served.cfg.hardware.device)
+    if on_cpu(served):
+        env[ENGINE_FORK_ENV] = "1"  # its engine forked, not spawned (trainctl.runtime.vllm_cpu.fork_engine_cores)
     env.pop("VLLM_API_KEY", None)
     if token:
         env["VLLM_API_KEY"] = token  # vLLM's server reads its --api-key default from here

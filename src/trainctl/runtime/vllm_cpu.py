@@ -127,22 +127,31 @@ def engine_core_forked():
     executor, trainctl.facts.vllm.CPU_ENGINE_ARGS: the server checks), which never calls Ray: the fork's copy of Ray's
     state is inert (Ray's threads are not copied), and multiprocessing's fork child ends with os._exit, running none
     of the server's exit handlers."""
-    import multiprocessing
-    import sys
-
     from vllm.v1.engine import utils as engine_utils
 
     spawn = engine_utils.get_mp_context
-
-    def fork():
-        print("trainctl: vLLM's engine process forked from its server, not spawned", file=sys.stderr, flush=True)
-        return multiprocessing.get_context("fork")
-
-    engine_utils.get_mp_context = fork
+    engine_utils.get_mp_context = _fork_context
     try:
         yield
     finally:
         engine_utils.get_mp_context = spawn
+
+
+def fork_engine_cores() -> None:
+    """For the rest of this process, vLLM's engine processes forked rather than spawned, on engine_core_forked's
+    terms: for vLLM's own server as `trainctl model serve` starts it (trainctl.facts.vllm.ENGINE_FORK_ENV), a fresh
+    Python that has run no OpenMP parallel region when it starts its one engine (the "uni" executor's)."""
+    from vllm.v1.engine import utils as engine_utils
+
+    engine_utils.get_mp_context = _fork_context
+
+
+def _fork_context():
+    import multiprocessing
+    import sys
+
+    print("trainctl: vLLM's engine process forked from its server, not spawned", file=sys.stderr, flush=True)
+    return multiprocessing.get_context("fork")
 
 
 def _worker_extension_class():
