@@ -20,6 +20,11 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     two = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.cpu_threads=2"], native=False)
     threads = launch_env(two)
     assert threads["OMP_NUM_THREADS"] == threads["TRAINCTL_ROLLOUT_THREADS"] == "2"
+    # the tiny GRPO recipe: both cores for the training passes, one for the rollout beside the agent loop
+    grpo = launch_env(make_plan(["recipe=grpo-arith-tiny-cpu", f"run.dir={tmp_path}/g"], native=False))
+    assert (grpo["OMP_NUM_THREADS"], grpo["TRAINCTL_ROLLOUT_THREADS"]) == ("2", "1")
+    rollout = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.rollout_threads=3"], native=False)
+    assert "OMP_NUM_THREADS" not in launch_env(rollout) and launch_env(rollout)["TRAINCTL_ROLLOUT_THREADS"] == "3"
     gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
     assert "VERL_PLATFORM" not in launch_env(gpu) and "VERL_DATAPROTO_SERIALIZATION_METHOD" not in launch_env(gpu)
     assert full_command(gpu).env["RAY_ADDRESS"] == "local"  # never a caller's cluster for a local run

@@ -67,4 +67,18 @@ import verl.workers.engine.fsdp.transformer_impl as engine  # noqa: E402
 
 # the file of the code that runs (the wrapper keeps the name and module of what it wraps)
 facts["forward_step"] = Path(engine.FSDPEngineWithLMHead.forward_step.__code__.co_filename).name
+import verl.workers.engine_workers as workers  # noqa: E402
+
+facts["training_passes"] = sorted(
+    {
+        Path(getattr(getattr(workers, owner), name).__code__.co_filename).name
+        for owner, name in (
+            ("ActorRolloutRefWorker", "compute_ref_log_prob"),
+            ("ActorRolloutRefWorker", "compute_log_prob"),
+            ("ActorRolloutRefWorker", "update_actor"),
+            ("TrainingWorker", "infer_batch"),
+            ("TrainingWorker", "train_mini_batch"),
+        )
+    }
+)
 print(json.dumps(facts))

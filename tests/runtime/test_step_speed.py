@@ -129,6 +129,54 @@ def test_a_cpu_process_gets_the_engine_wrapper_once_it_imports_the_engine(plugin
     assert plugin_probe(VERL_PLATFORM="cpu")["forward_step"] == "step_speed.py"
 
 
+def _batch_meta():
+    """A training pass's metadata as verl's worker gets it: tensors, the sample's uid and metrics (not tensors), a
+    non-tensor field no pass is known not to read, and a tensor under a name in UNREAD_BY_TRAINING."""
+    from transfer_queue.metadata import BatchMeta
+
+    schema = {
+        "responses": {"dtype": torch.int64, "is_non_tensor": False},
+        "uid": {"dtype": None, "is_non_tensor": True},
+        "metrics": {"dtype": None, "is_non_tensor": True},
+        "multi_modal_inputs": {"dtype": None, "is_non_tensor": True},
+        "num_turns": {"dtype": torch.int64, "is_non_tensor": False},
+    }
+    return BatchMeta(global_indexes=[3, 4], partition_ids=["train", "train"], field_schema=schema, extra_info={"a": 1})
+
+
+def test_a_training_pass_fetches_its_samples_without_the_fields_no_pass_reads():
+    meta = _batch_meta()
+    trimmed = step_speed.without_unread_fields(meta)
+    assert trimmed.field_names == ["multi_modal_inputs", "num_turns", "responses"]
+    assert trimmed.global_indexes == [3, 4] and trimmed.extra_info == {"a": 1}
+    assert step_speed.without_unread_fields(trimmed) is trimmed  # nothing left to drop: the very metadata
+    assert step_speed.without_unread_fields("a TensorDict") == "a TensorDict"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_training_passes_fetch_less_only_on_the_cpu_platform_and_keep_verls_dispatch(monkeypatch, device):
+    import verl.utils.device
+    from verl.single_controller.base.decorator import MAGIC_ATTR
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from trainctl.runtime import verl_patches
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: device)
+    update = verl_patches.original("verl.workers.engine_workers", "ActorRolloutRefWorker.update_actor")
+    update = update or ActorRolloutRefWorker.update_actor
+    seen = []
+    passes = step_speed.wrap_training_pass(functools.wraps(update)(lambda self, data: seen.append(data) or "out"))
+    assert getattr(passes, MAGIC_ATTR) == getattr(update, MAGIC_ATTR)  # the worker group binds it as verl's
+    assert passes(None, _batch_meta()) == "out"
+    assert seen[0].field_names == (
+        ["multi_modal_inputs", "num_turns", "responses"] if device == "cpu" else _batch_meta().field_names
+    )
+
+
+def test_a_cpu_process_gets_the_training_passes_once_it_imports_the_workers(plugin_probe):
+    assert plugin_probe(VERL_PLATFORM="cpu")["training_passes"] == ["step_speed.py"]
+
+
 def _reward_config(source="register", reward_model=False):
     from omegaconf import OmegaConf
 
@@ -568,3 +616,6 @@ def test_coalesced_puts_read_back_as_the_puts_one_by_one():
     assert facts["field_names"][0] == facts["field_names"][1] and all(facts["fields"].values()), facts
     assert facts["tags_equal"] and facts["tags"] == 30
     assert facts["puts"]["a"] == 30 and facts["puts"]["b"] <= 10, facts["puts"]
+    # a training pass's fetch: the tensors as they were stored, without the sample's uid, session and extra fields
+    assert facts["trimmed_fields"] == ["prompts", "response_mask", "responses", "reward_score", "rollout_log_probs"]
+    assert facts["trimmed_equal"]

@@ -61,6 +61,22 @@ PINNED = {
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker.__init__"): (
         "8228262721996925f9cb7ce82026bdb419db3edd89310a59adb1c8358854cc74"
     ),
+    # the training passes that fetch their samples' fields (trainctl.runtime.step_speed.UNREAD_BY_TRAINING)
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.compute_ref_log_prob"): (
+        "0184bf0ad741f3da79e6a173b630206d3f81ba0bf24d5e103918a70711695b56"
+    ),
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.compute_log_prob"): (
+        "bea185dbc78934e6063a8e23ddc1c565251881cd0e2026dbfd534d19ddbef9ec"
+    ),
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.update_actor"): (
+        "c33d5103077466664a5a44a8936e739e510c28857c0a4295317590c1a90c3e6e"
+    ),
+    ("verl.workers.engine_workers", "TrainingWorker.infer_batch"): (
+        "57bba17563c30d87f2ef4475fc5382a69f379f231276c5dc0c3012cd9826c6e5"
+    ),
+    ("verl.workers.engine_workers", "TrainingWorker.train_mini_batch"): (
+        "02b50b03fe7d8d29596ccbd41e5d3907d80a566666dc0106fbf54fc886d6601a"
+    ),
     # TransferQueue 0.1.11's thread limit around every put and get: pinned is the code that uses each name
     ("transfer_queue.utils.common", "psutil"): "ac37ef0bb78da73302b5999eb41b32737ff29cc8546228f85f9f706527c8d3f8",
     ("transfer_queue.client", "TQ_NUM_THREADS"): "22869a56ec9ae366f85f24906b12d271f80299891133982a6f2919f44cf10699",

@@ -1,7 +1,7 @@
 """Run by tests/runtime/test_step_speed.py in a process of its own (a local Ray, TransferQueue's controller and
 storage unit): the same samples put into one partition one by one, as verl's TQ agent loop puts them, and into another
 through CoalescedPuts, concurrently; then read back by key. Prints one JSON line: how each field and tag read back
-compares, and how many puts each way made."""
+compares, how many puts each way made, and what a training pass on the cpu platform fetches of them."""
 
 import asyncio
 import json
@@ -88,11 +88,17 @@ def values(field):
 
 
 fields = {name: [values(a[name]), values(b[name])] for name in a.keys()}  # noqa: SIM118 - a TensorDict iterates over its rows
+# what a training pass fetches on the cpu platform: the metadata verl's worker gets, without the fields no pass reads
+client = tq.get_client()
+meta = client.kv_retrieve_meta(keys=keys, partition_id="b", create=False)
+whole, trimmed = client.get_data(meta), client.get_data(step_speed.without_unread_fields(meta))
 print(json.dumps({
     "fields": {name: pair[0] == pair[1] for name, pair in fields.items()},
     "field_names": [sorted(a.keys()), sorted(b.keys())],
     "tags_equal": tq.kv_list("a")["a"] == tq.kv_list("b")["b"],
     "tags": len(tq.kv_list("b")["b"]),
     "puts": calls,
+    "trimmed_fields": sorted(trimmed.keys()),
+    "trimmed_equal": all(values(trimmed[name]) == values(whole[name]) for name in trimmed.keys()),  # noqa: SIM118
 }))  # fmt: skip
 ray.shutdown()

@@ -347,6 +347,10 @@ class Hardware:
         "with device cpu, torch's threads in each training and rollout process (null: Ray's default, one a process)",
         ge=1,
     )
+    rollout_threads: int | None = opt(
+        "with device cpu, torch's threads in trainctl's CPU rollout server (rollout_engine hf; null: cpu_threads)",
+        ge=1,
+    )
     ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
     fork_workers: bool = opt(
         "with device cpu and a Ray of the run's own (launcher local), start the PPO family's Ray workers as forks of "

@@ -116,8 +116,10 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         # encoding of the same tensors takes 0.4 and 0.2 ms. Every process of the run must read the variable alike
         env["VERL_DATAPROTO_SERIALIZATION_METHOD"] = "numpy"
     if hw.device == "cpu" and hw.cpu_threads:
-        # Ray gives each worker OMP_NUM_THREADS=1 unless the environment sets it; the hf rollout server reads its own
-        env["OMP_NUM_THREADS"] = env["TRAINCTL_ROLLOUT_THREADS"] = str(hw.cpu_threads)
+        # Ray gives each worker OMP_NUM_THREADS=1 unless the environment sets it
+        env["OMP_NUM_THREADS"] = str(hw.cpu_threads)
+    if hw.device == "cpu" and (hw.rollout_threads or hw.cpu_threads):
+        env["TRAINCTL_ROLLOUT_THREADS"] = str(hw.rollout_threads or hw.cpu_threads)  # the hf rollout server's own
     if plan.cfg.family == "ppo":
         env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
         if plan.backend.node == "verl" and not _uses_vllm(plan):

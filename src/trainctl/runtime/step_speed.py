@@ -45,6 +45,13 @@ stored, so a prompt's finished status still follows its samples. TransferQueue s
 the trainer reads back is the same (types, values, tags: checked against TransferQueue itself). The tiny GRPO step
 2.45-2.49 -> 2.10-2.15 s on a slow host (its generation phase 1.26 -> 0.91-0.94 s).
 
+Each training pass's fields. verl's actor, reference and critic workers get a pass's samples by their TransferQueue
+metadata, and fetch every field the samples have: with them the ones verl's dataset and agent loop add for the reward,
+the metrics and the rollout dumps (the prompt's text and chat, its ground truth, its tool and interaction arguments,
+the agent loop's metrics...), each a tensorclass per sample and field as TransferQueue packs it, which no training pass
+reads: 0.04 s of the tiny recipe's 0.30 s reference pass on a slow host, and as much of its update. On the cpu platform
+those passes fetch the samples without them (UNREAD_BY_TRAINING, where they are not tensors): the same tensors.
+
 The log-probabilities. Without flash-attn's cross-entropy (always, on a CPU) verl's logprobs_from_logits falls back to
 a Python loop of one logsumexp per token over the packed (tokens, vocab) logits; on the cpu platform the same values
 are computed over as many rows at a time as fit in CPU_LOGSUMEXP_CHUNK_ELEMENTS.
@@ -138,6 +145,42 @@ def wrap_forward_step(original):
         return original(self, micro_batch, loss_function, forward_only)
 
     return forward_step
+
+
+# the non-tensor fields verl 0.9.1's dataset (RLHFDataset), agent loop and trainer add to each sample for the reward,
+# the metrics and the rollout dumps; its training passes (engine_workers, the engines' forward steps, losses.py) read
+# none of them. A field not named here is fetched, whatever it is
+UNREAD_BY_TRAINING = frozenset(
+    {
+        "ability", "data_source", "extra_fields", "extra_info", "global_steps", "index", "interaction_kwargs",
+        "metrics", "num_turns", "prompt", "raw_prompt", "reward_model", "session_id", "tools_kwargs", "uid",
+    }
+)  # fmt: skip
+
+
+def without_unread_fields(meta):
+    """A TransferQueue BatchMeta without its non-tensor fields in UNREAD_BY_TRAINING; anything else as it is."""
+    from transfer_queue.metadata import BatchMeta
+
+    if type(meta) is not BatchMeta:
+        return meta
+    schema = meta.field_schema
+    unread = {f for f in meta.field_names if f in UNREAD_BY_TRAINING and schema[f].get("is_non_tensor")}
+    return meta.select_fields([f for f in meta.field_names if f not in unread]) if unread else meta
+
+
+def wrap_training_pass(original):
+    """A training worker's pass (ActorRolloutRefWorker.update_actor, ...) that fetches its samples' fields without
+    those no pass reads, on the cpu platform. functools.wraps keeps what verl's `@register` marked the method with
+    (its dispatch mode): the worker group binds it as before."""
+
+    @functools.wraps(original)
+    def training_pass(self, data, *args, **kwargs):
+        if _on_cpu():
+            data = without_unread_fields(data)
+        return original(self, data, *args, **kwargs)
+
+    return training_pass
 
 
 def scores_in_process(config: Any) -> bool:

@@ -92,6 +92,14 @@ PATCHES = {
         "moves each micro-batch to the device, which on a CPU moves no tensor but rebuilds every non-tensor entry "
         "(trainctl.runtime.step_speed)"
     ),
+    # each training pass fetches every field of its samples (trainctl.runtime.step_speed)
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.compute_ref_log_prob"): (
+        "fetches the fields the reward and metrics read, which no pass reads, one tensorclass per sample and field"
+    ),
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.compute_log_prob"): "the same",
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker.update_actor"): "the same",
+    ("verl.workers.engine_workers", "TrainingWorker.infer_batch"): "the same (the critic's values)",
+    ("verl.workers.engine_workers", "TrainingWorker.train_mini_batch"): "the same (the critic's update)",
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker.__init__"): (
         "the agent loop scores each sample with a Ray call to a reward worker, which on a CPU costs more than a "
         "rule-based scorer's work (trainctl.runtime.step_speed)"
@@ -481,6 +489,11 @@ _WRAPPERS = {
     "list_of_dict_to_tensordict": _wrapper("step_speed", "wrap_list_of_dict_to_tensordict"),
     "FSDPEngineWithLMHead.forward_step": _wrapper("step_speed", "wrap_forward_step"),
     "AgentLoopWorker.__init__": _wrapper("step_speed", "wrap_agent_loop_worker_init"),
+    "ActorRolloutRefWorker.compute_ref_log_prob": _wrapper("step_speed", "wrap_training_pass"),
+    "ActorRolloutRefWorker.compute_log_prob": _wrapper("step_speed", "wrap_training_pass"),
+    "ActorRolloutRefWorker.update_actor": _wrapper("step_speed", "wrap_training_pass"),
+    "TrainingWorker.infer_batch": _wrapper("step_speed", "wrap_training_pass"),
+    "TrainingWorker.train_mini_batch": _wrapper("step_speed", "wrap_training_pass"),
     "psutil": _wrapper("step_speed", "wrap_psutil"),
     "TQ_NUM_THREADS": _wrapper("step_speed", "wrap_tq_num_threads"),
     "ToolAgentLoop._handle_pending_state": _wrapper("trajectories", "wrap_pending_state"),
