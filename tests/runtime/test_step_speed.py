@@ -216,6 +216,20 @@ def test_the_agent_loop_scores_in_its_process_only_rule_based_rewards_on_the_cpu
     assert Worker(config, None).reward_loop_worker_handles is None
 
 
+def test_without_a_reward_model_verls_compute_score_is_its_managers_run_single():
+    """What InProcessRewardWorker skips to: if verl's compute_score changes, review it."""
+    import hashlib
+    import inspect
+
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    source = inspect.getsource(RewardLoopWorker.compute_score)
+    assert hashlib.sha256(source.encode()).hexdigest() == (
+        "163c1ca0102cfb2dc8e02cf4dc994feb6a154bb22a019d01736fce5607dc7649"
+    ), source
+    assert source.count("return await self.reward_manager.run_single(data)") == 2
+
+
 def _sample(tokenizer, prompt: str, response: str, ground_truth: str):
     """One finished sample as verl's agent loop sends it to a reward worker (AgentLoopWorker._compute_score)."""
     import numpy as np

@@ -214,7 +214,9 @@ class InProcessRewardWorker:
             from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
             self._worker = RewardLoopWorker(self._config)
-        return await self._worker.compute_score(data)
+        # RewardLoopWorker.compute_score, for the configs scores_in_process admits (no reward model): its manager's
+        # run_single on either branch, without its two reads of the config for each sample
+        return await self._worker.reward_manager.run_single(data)
 
 
 def wrap_agent_loop_worker_init(original):
