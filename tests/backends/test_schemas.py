@@ -47,6 +47,17 @@ def test_verls_config_folder_is_found_without_importing_verl():
     assert folder == Path(importlib.util.find_spec("verl").submodule_search_locations[0]) / "trainer" / "config"
 
 
+def test_an_installed_version_is_what_importlib_metadata_reads_without_importing_it():
+    from importlib import metadata
+
+    for package in ("verl", "trl", "transformers", "accelerate", "typing_extensions"):
+        assert schemas.installed_version(package) == metadata.version(package), package
+    code = "import sys\nfrom trainctl.backends import schemas\nschemas.installed_version('verl')\n"
+    code += "print('importlib.metadata' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 def test_a_target_finds_its_dataclass_however_the_yaml_spells_it():
     found = schemas.verl_schemas()
     actor = found.for_target("verl.workers.config.FSDPActorConfig")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import json
 import re
@@ -113,6 +112,22 @@ def verl_config_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
+def installed_version(package: str) -> str:
+    """An installed package's version, from the name of the .dist-info folder beside it (where importlib.metadata
+    reads it) without importing importlib.metadata (~10 ms of the 0.3 s a config error may take); from
+    importlib.metadata where there is no one such folder (an editable or unusual install)."""
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.submodule_search_locations:
+        site = Path(next(iter(spec.submodule_search_locations))).parent
+        prefix = f"{package.replace('-', '_')}-"
+        found = [p.name for p in site.glob(f"{prefix}*.dist-info")]
+        if len(found) == 1:
+            return found[0][len(prefix) : -len(".dist-info")]
+    from importlib import metadata
+
+    return metadata.version(package)
+
+
 def verl_schemas() -> BackendSchemas:
     """Every dataclass a `_target_` in verl's config folder names, with the ones their fields name."""
     d = verl_config_dir()
@@ -122,7 +137,7 @@ def verl_schemas() -> BackendSchemas:
         # read in this process for these files (another verl writes other files): a plan asks once per key it
         # checks, and reading verl's version from its metadata costs more than the rest (~1.5 ms)
         return known
-    portable = repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES))
+    portable = repr((_SCHEMA_VERSION, installed_version("verl"), verl_facts.RUNTIME_RANGES))
     key = repr((portable, str(d), stamp))
     if key not in _MEMO:
 
@@ -197,13 +212,13 @@ def trl_schemas() -> BackendSchemas:
 
 def _trl_key() -> str:
     # TRL's arguments embed accelerate's config dataclasses: accelerate 1.16.0 added fields to them
-    versions = (importlib.metadata.version(p) for p in ("trl", "transformers", "accelerate"))
+    versions = (installed_version(p) for p in ("trl", "transformers", "accelerate"))
     return repr((_SCHEMA_VERSION, *versions))
 
 
 def _portable_keys() -> dict[str, str]:
     return {
-        "verl": repr((_SCHEMA_VERSION, importlib.metadata.version("verl"), verl_facts.RUNTIME_RANGES)),
+        "verl": repr((_SCHEMA_VERSION, installed_version("verl"), verl_facts.RUNTIME_RANGES)),
         "trl": _trl_key(),
     }
 

@@ -7,7 +7,6 @@ verl's defaults are its own Hydra YAML, composed from the installed package's co
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import pickle
 import shlex
 from functools import lru_cache
@@ -18,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainctl import launchers, paths
 from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, set_path, torchrun_for
-from trainctl.backends.schemas import verl_config_dir
+from trainctl.backends.schemas import installed_version, verl_config_dir
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
 from trainctl.facts import verl as verl_facts
@@ -59,7 +58,7 @@ def _verl_defaults_cached(config_name: str, overrides: tuple[str, ...]) -> tuple
     """(the cache file's name, the defaults as a pickled DictConfig, their key paths, the plain tree)."""
     d = verl_config_dir()
     stamp = max(f.stat().st_mtime_ns for f in d.rglob("*.yaml"))
-    key = repr((importlib.metadata.version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys+tree"))
+    key = repr((installed_version("verl"), str(d), stamp, config_name, overrides, "dictconfig+keys+tree"))
     name = f"verl-{config_name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pkl"
     cache = paths.cache_dir() / name
     if cache.is_file():
