@@ -344,13 +344,9 @@ class Hardware:
     dataloader_workers: int = opt("PPO data-loading processes beside the trainer (0: in the trainer)", 8, ge=0)
     ray_num_cpus: int | None = opt("CPUs Ray may schedule (null: all of them)", ge=1)
     cpu_threads: int | None = opt(
-        "with device cpu, torch's threads in each training and rollout process (null: Ray's default, one a process)",
-        ge=1,
+        "with device cpu, torch's threads in each training and rollout process (null: Ray's default, one)", ge=1
     )
-    rollout_threads: int | None = opt(
-        "with device cpu, torch's threads in trainctl's CPU rollout server (rollout_engine hf; null: cpu_threads)",
-        ge=1,
-    )
+    rollout_threads: int | None = opt("with device cpu, torch's threads in the hf rollout (null: cpu_threads)", ge=1)
     ray_dashboard: bool | None = opt("start Ray's dashboard with a local cluster (null: Ray's default, yes)")
     fork_workers: bool = opt(
         "with device cpu and a Ray of the run's own (launcher local), start the PPO family's Ray workers as forks of "
