@@ -23,6 +23,9 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     # the tiny GRPO recipe: both cores for the training passes, one for the rollout beside the agent loop
     grpo = launch_env(make_plan(["recipe=grpo-arith-tiny-cpu", f"run.dir={tmp_path}/g"], native=False))
     assert (grpo["OMP_NUM_THREADS"], grpo["TRAINCTL_ROLLOUT_THREADS"]) == ("2", "1")
+    for other in ("offpolicy=overlap", "hardware.rollout_engine=vllm"):  # generating while it trains; vLLM's engine
+        plan = make_plan(["recipe=grpo-arith-tiny-cpu", other, f"run.dir={tmp_path}/o"], native=False)
+        assert "OMP_NUM_THREADS" not in launch_env(plan), other
     rollout = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.rollout_threads=3"], native=False)
     assert "OMP_NUM_THREADS" not in launch_env(rollout) and launch_env(rollout)["TRAINCTL_ROLLOUT_THREADS"] == "3"
     gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
