@@ -49,8 +49,9 @@ Each training pass's fields. verl's actor, reference and critic workers get a pa
 metadata, and fetch every field the samples have: with them the ones verl's dataset and agent loop add for the reward,
 the metrics and the rollout dumps (the prompt's text and chat, its ground truth, its tool and interaction arguments,
 the agent loop's metrics...), each a tensorclass per sample and field as TransferQueue packs it, which no training pass
-reads: 0.04 s of the tiny recipe's 0.30 s reference pass on a slow host, and as much of its update. On the cpu platform
-those passes fetch the samples without them (UNREAD_BY_TRAINING, where they are not tensors): the same tensors.
+reads: 0.04 s of the tiny recipe's 0.30 s reference pass on a slow host (the update's fetch is of the same fields; its
+change was within its runs' spread). On the cpu platform those passes fetch the samples without them
+(UNREAD_BY_TRAINING, where they are not tensors): the same tensors.
 
 The log-probabilities. Without flash-attn's cross-entropy (always, on a CPU) verl's logprobs_from_logits falls back to
 a Python loop of one logsumexp per token over the packed (tokens, vocab) logits; on the cpu platform the same values
