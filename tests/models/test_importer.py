@@ -216,11 +216,15 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path):
-    """transformers reads a GGUF file whole four times for one model and builds llama.cpp's tensor-name map once per
-    module: during an import each is made once and shared, and afterwards gguf is as it was."""
+def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path, monkeypatch):
+    """transformers reads a GGUF file whole four times for one model, parses its fields into values three times and
+    builds llama.cpp's tensor-name map once per module: during an import each is made once and shared (each caller
+    gets its own copy of the values), and afterwards gguf and transformers are as they were."""
     import gguf
     import numpy as np
+    import transformers.configuration_utils as configuration_utils
+    import transformers.tokenization_utils_tokenizers as tokenization_utils_tokenizers
+    from transformers import modeling_gguf_pytorch_utils
 
     from trainctl.models.importer import _gguf_read_once
 
@@ -233,7 +237,15 @@ def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    with _gguf_read_once():
+    load = modeling_gguf_pytorch_utils.load_gguf_checkpoint
+    parses = []
+
+    def counted(*args, **kwargs):
+        parses.append(kwargs.get("return_tensors", False))
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_gguf_pytorch_utils, "load_gguf_checkpoint", counted)
+    with _gguf_read_once(path):
         from gguf import GGUFReader, get_tensor_name_map  # as transformers imports them, inside its functions
 
         first = GGUFReader(str(path))
@@ -241,5 +253,12 @@ def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path):
         assert first.fields["llama.block_count"].contents() == 2
         arch = gguf.MODEL_ARCH.LLAMA
         assert get_tensor_name_map(arch, 2) is get_tensor_name_map(arch, 2)
+        # the tokenizer's and the config's reads: one parse, a copy for each
+        config = configuration_utils.load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        assert config["num_hidden_layers"] == 2
+        config["num_hidden_layers"] = 3
+        again = tokenization_utils_tokenizers.load_gguf_checkpoint(str(path))
+        assert again["config"]["num_hidden_layers"] == 2 and parses == [False]
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_type, name_map)
     assert gguf.GGUFReader(path) is not first
+    assert configuration_utils.load_gguf_checkpoint is tokenization_utils_tokenizers.load_gguf_checkpoint is load

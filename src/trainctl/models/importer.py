@@ -163,16 +163,21 @@ def default_name(source: Path) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.") or "imported"
 
 
-def _gguf_metadata(path: Path) -> dict[str, Any]:
-    """The GGUF header's architecture, tensor types and special token ids (memory-mapped: nothing is loaded)."""
+def _gguf(path: Path):
+    """The gguf package, which reading `path` needs."""
     try:
-        from gguf import GGUFReader
+        import gguf
     except ImportError:
         raise ModelError(
             f"reading {path.name} needs the gguf package, which is not installed.", hint="pip install gguf"
         ) from None
+    return gguf
+
+
+def _gguf_metadata(path: Path) -> dict[str, Any]:
+    """The GGUF header's architecture, tensor types and special token ids (memory-mapped: nothing is loaded)."""
     try:
-        reader = GGUFReader(path)
+        reader = _gguf(path).GGUFReader(path)
     except Exception as e:
         raise ModelError(f"{path} is not a GGUF file trainctl can read: {str(e).splitlines()[0][:200]}") from None
 
@@ -215,19 +220,40 @@ def _check_gguf_architecture(path: Path, architecture: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _gguf_read_once():
+def _gguf_read_once(source: Path):
     """transformers reads a GGUF file whole four times to load one model (the tokenizer, the config twice, the weights:
     each a gguf.GGUFReader that parses every field, the vocabulary's 49k tokens for SmolLM2, ~3 s apiece on 2 cores) and
     builds llama.cpp's tensor-name map once per module it maps (397 times for SmolLM2, 4.5 s). transformers only reads
     both, so within this block each file gets one reader and each (architecture, blocks) one map, shared: the import's
     load 31 s -> 12 s (profiled). transformers imports both names from gguf when it needs them: their module
-    attributes are what is swapped, and put back."""
+    attributes are what is swapped, and put back. The header's own checks (_gguf_metadata) share the reader too.
+
+    The tokenizer and the config (twice) also turn every field into Python values (load_gguf_checkpoint without
+    tensors: the 49k tokens and 49k merges one numpy scalar at a time): within the block that is done once a file,
+    and each caller gets its own copy. Those three modules import the function by name at their import: their
+    attributes are swapped, and put back. With the header's read, SmolLM2's whole import 29.4 -> 22.0 s (two runs
+    each, the same files written)."""
+    import copy
     import functools
 
-    import gguf
+    import transformers.configuration_utils
+    import transformers.models.auto.tokenization_auto
+    import transformers.tokenization_utils_tokenizers
+    from transformers import modeling_gguf_pytorch_utils
 
+    gguf = _gguf(source)
     readers: dict[tuple[str, str], Any] = {}
+    parsed: dict[str, dict] = {}
     reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    load = modeling_gguf_pytorch_utils.load_gguf_checkpoint
+    callers = [
+        (module, module.load_gguf_checkpoint)
+        for module in (
+            transformers.configuration_utils,
+            transformers.models.auto.tokenization_auto,
+            transformers.tokenization_utils_tokenizers,
+        )
+    ]
 
     def read_once(path, mode="r"):
         key = (os.path.realpath(path), mode)
@@ -235,20 +261,32 @@ def _gguf_read_once():
             readers[key] = reader_type(path, mode)
         return readers[key]
 
+    def parse_once(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:  # the weights: read once, by the model's load
+            return load(path, return_tensors=return_tensors, **kwargs)
+        key = os.path.realpath(path)
+        if key not in parsed:
+            parsed[key] = load(path)
+        return copy.deepcopy(parsed[key])
+
     gguf.GGUFReader, gguf.get_tensor_name_map = read_once, functools.lru_cache(maxsize=None)(name_map)
+    for module, _ in callers:
+        module.load_gguf_checkpoint = parse_once
     try:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_type, name_map
+        for module, own in callers:
+            module.load_gguf_checkpoint = own
 
 
 def _load_gguf(path: Path, meta: dict[str, Any]):
-    """The model (dequantized to float32) and its tokenizer, with the special tokens the GGUF header names."""
+    """The model (dequantized to float32) and its tokenizer, with the special tokens the GGUF header names (inside
+    _gguf_read_once: the file is read once)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _gguf_read_once():
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
     # transformers 5.10 reads bos and eos both as the bos token (SmolLM2's eos became <|im_start|>, so generation
     # never stopped at <|im_end|>): take each special token from its id in the header
     for role, token_id in meta["tokens"].items():
@@ -395,22 +433,24 @@ def import_model(
         )
 
     meta: dict[str, Any] = {}
-    if kind == "gguf":
-        meta = _gguf_metadata(source)
-    check_shadowing(name, where, _source_shape(kind, source, meta), source, search)
-    if kind == "gguf":
-        _check_gguf_architecture(source, meta["architecture"])
-        # float32 weights: about 4 bytes a parameter against the file's ~0.6 (4-bit) to 2 (16-bit)
-        need = source.stat().st_size * 8
-    else:
-        need = sum(f.stat().st_size for f in source.rglob("*") if f.is_file()) * 2
-    _check_space(target.parent, need)
+    # a GGUF file is read once, from its header's checks to its load
+    with _gguf_read_once(source) if kind == "gguf" else contextlib.nullcontext():
+        if kind == "gguf":
+            meta = _gguf_metadata(source)
+        check_shadowing(name, where, _source_shape(kind, source, meta), source, search)
+        if kind == "gguf":
+            _check_gguf_architecture(source, meta["architecture"])
+            # float32 weights: about 4 bytes a parameter against the file's ~0.6 (4-bit) to 2 (16-bit)
+            need = source.stat().st_size * 8
+        else:
+            need = sum(f.stat().st_size for f in source.rglob("*") if f.is_file()) * 2
+        _check_space(target.parent, need)
 
-    from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # the dequantization's bar per tensor, the shards' bar
-    _say(status, f"reading {source}" + (f" ({_types(meta['types'])})" if meta else ""))
-    model, tokenizer = _load_gguf(source, meta) if kind == "gguf" else _load_folder(source)
+        hf_logging.disable_progress_bar()  # the dequantization's bar per tensor, the shards' bar
+        _say(status, f"reading {source}" + (f" ({_types(meta['types'])})" if meta else ""))
+        model, tokenizer = _load_gguf(source, meta) if kind == "gguf" else _load_folder(source)
     # transformers 5 warns on every load of a BPE tokenizer saved with it on, and never applies it to BPE
     tokenizer.clean_up_tokenization_spaces = False
     for loader_only in ("local_files_only", "is_local"):  # how this process loaded it, not what it is
