@@ -226,7 +226,7 @@ def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path, monkeyp
     import transformers.tokenization_utils_tokenizers as tokenization_utils_tokenizers
     from transformers import modeling_gguf_pytorch_utils
 
-    from trainctl.models.importer import _gguf_read_once
+    from trainctl.models.importer import _gguf_parsed_once, _gguf_read_once
 
     path = tmp_path / "small.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -245,7 +245,7 @@ def test_a_gguf_import_reads_each_file_once_and_puts_gguf_back(tmp_path, monkeyp
         return load(*args, **kwargs)
 
     monkeypatch.setattr(modeling_gguf_pytorch_utils, "load_gguf_checkpoint", counted)
-    with _gguf_read_once(path):
+    with _gguf_read_once(path), _gguf_parsed_once():
         from gguf import GGUFReader, get_tensor_name_map  # as transformers imports them, inside its functions
 
         first = GGUFReader(str(path))

@@ -226,25 +226,42 @@ def _gguf_read_once(source: Path):
     builds llama.cpp's tensor-name map once per module it maps (397 times for SmolLM2, 4.5 s). transformers only reads
     both, so within this block each file gets one reader and each (architecture, blocks) one map, shared: the import's
     load 31 s -> 12 s (profiled). transformers imports both names from gguf when it needs them: their module
-    attributes are what is swapped, and put back. The header's own checks (_gguf_metadata) share the reader too.
-
-    The tokenizer and the config (twice) also turn every field into Python values (load_gguf_checkpoint without
-    tensors: the 49k tokens and 49k merges one numpy scalar at a time): within the block that is done once a file,
-    and each caller gets its own copy. Those three modules import the function by name at their import: their
-    attributes are swapped, and put back. With the header's read, SmolLM2's whole import 29.4 -> 22.0 s (two runs
-    each, the same files written)."""
-    import copy
+    attributes are what is swapped, and put back. The header's own checks (_gguf_metadata) share the reader too; the
+    block imports gguf alone, so that those checks still answer before transformers is imported."""
     import functools
+
+    gguf = _gguf(source)
+    readers: dict[tuple[str, str], Any] = {}
+    reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def read_once(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = reader_type(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_type, name_map
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """The tokenizer and the config (twice) turn every field of the GGUF file into Python values (transformers'
+    load_gguf_checkpoint without tensors: the 49k tokens and 49k merges one numpy scalar at a time): within this block
+    that is done once a file, and each caller gets its own copy. The three modules that call it import it by name at
+    their import: their attributes are swapped, and put back. With the header's read shared (_gguf_read_once),
+    SmolLM2's whole import 29.4 -> 22.0 s (two runs each, the same files written)."""
+    import copy
 
     import transformers.configuration_utils
     import transformers.models.auto.tokenization_auto
     import transformers.tokenization_utils_tokenizers
     from transformers import modeling_gguf_pytorch_utils
 
-    gguf = _gguf(source)
-    readers: dict[tuple[str, str], Any] = {}
     parsed: dict[str, dict] = {}
-    reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     load = modeling_gguf_pytorch_utils.load_gguf_checkpoint
     callers = [
         (module, module.load_gguf_checkpoint)
@@ -255,12 +272,6 @@ def _gguf_read_once(source: Path):
         )
     ]
 
-    def read_once(path, mode="r"):
-        key = (os.path.realpath(path), mode)
-        if key not in readers:
-            readers[key] = reader_type(path, mode)
-        return readers[key]
-
     def parse_once(path, return_tensors=False, **kwargs):
         if return_tensors or kwargs:  # the weights: read once, by the model's load
             return load(path, return_tensors=return_tensors, **kwargs)
@@ -269,13 +280,11 @@ def _gguf_read_once(source: Path):
             parsed[key] = load(path)
         return copy.deepcopy(parsed[key])
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, functools.lru_cache(maxsize=None)(name_map)
     for module, _ in callers:
         module.load_gguf_checkpoint = parse_once
     try:
         yield
     finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader_type, name_map
         for module, own in callers:
             module.load_gguf_checkpoint = own
 
@@ -285,8 +294,9 @@ def _load_gguf(path: Path, meta: dict[str, Any]):
     _gguf_read_once: the file is read once)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    with _gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
     # transformers 5.10 reads bos and eos both as the bos token (SmolLM2's eos became <|im_start|>, so generation
     # never stopped at <|im_end|>): take each special token from its id in the header
     for role, token_id in meta["tokens"].items():
