@@ -24,11 +24,9 @@ def test_transformers_generation_loads_without_scikit_learn_once_skipped():
     assert skipped == ["False", "transformers.generation.candidate_generator"]
 
 
-def test_a_verl_process_trainctl_launched_skips_it_and_one_it_did_not_does_not():
+def test_a_verl_process_trainctl_launched_skips_it_and_one_it_did_not_does_not(plugin_probe):
     # verl loads transformers' generation code either way; only the process trainctl launched does it without
-    # scikit-learn
-    code = f"import verl.workers.engine, sys; print('sklearn' in sys.modules, '{ASKS.split()[1]}' in sys.modules)"
-    assert _run(code, TRAINCTL_LAUNCHED="1") == ["False", "True"]
-    env = {k: v for k, v in os.environ.items() if k not in ("TRAINCTL_LAUNCHED", "VERL_PLATFORM")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.stdout.split() == ["True", "True"], proc.stderr[-3000:]
+    # scikit-learn (each a fresh verl process: a fork of a process that imported torch and transformers, not verl,
+    # and not transformers' generation code)
+    assert plugin_probe(TRAINCTL_LAUNCHED="1")["sklearn_with_generation"] == [False, True]
+    assert plugin_probe()["sklearn_with_generation"] == [True, True]

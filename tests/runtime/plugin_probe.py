@@ -81,4 +81,9 @@ facts["training_passes"] = sorted(
         )
     }
 )
+# transformers' generation code is loaded by now (verl's engines import it): with scikit-learn only where trainctl did
+# not launch the process (trainctl.import_cost; tests/test_import_cost.py)
+facts["sklearn_with_generation"] = [
+    "sklearn" in sys.modules, "transformers.generation.candidate_generator" in sys.modules,
+]  # fmt: skip
 print(json.dumps(facts))
