@@ -1,4 +1,4 @@
-"""Run by the `plugin_probe` fixture (tests/runtime/conftest.py) in a fresh process: what trainctl's verl plugin did
+"""Run by the `plugin_probe` fixture (tests/conftest.py) in a fresh process: what trainctl's verl plugin did
 in this process's environment, printed as one JSON line. The order matters: each fact is read before anything
 later could change it."""
 
