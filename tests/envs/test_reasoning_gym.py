@@ -247,17 +247,19 @@ HELD_OUT = "val-aux/reasoning_gym/{}/reward/mean@4"
 @pytest.fixture(scope="module")
 def env_run(real_home):
     """GRPO of the tiny model on two reasoning-gym tasks with a curriculum: STEPS steps (validated before), then
-    resumed to one more (validated at the end). Launched without a dry run first: the rows it generates are checked as
-    they are written, too fresh for the data check to keep its verdict (trainctl.paths.memo_on_files), and
-    real_runs.train would count the launch's check as one the dry run missed."""
+    resumed to one more (validated at the end, and only then: each validation samples 256 answers, ~3 s on a busy
+    machine). Launched without a dry run first: the rows it generates are checked as they are written, too fresh for
+    the data check to keep its verdict (trainctl.paths.memo_on_files), and real_runs.train would count the launch's
+    check as one the dry run missed."""
     run = train(
         real_home, "grpo-env", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", RUN_MIX, *LEARNING, *CURRICULUM,
-        f"run.max_steps={STEPS}", f"run.val_every={STEPS + 1}", "logger=console", check_first=False,
+        f"run.max_steps={STEPS}", "trainer.val_before_train=true", "logger=console", check_first=False,
     )  # fmt: skip
+    resume = ["--resume", str(run.path), f"run.max_steps={STEPS + 1}", f"run.val_every={STEPS + 1}",
+              "trainer.val_before_train=false"]  # fmt: skip
     resumed = subprocess.run(
-        trainctl("train", "--resume", str(run.path), f"run.max_steps={STEPS + 1}"), cwd=run.work, env=real_home.env(),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        trainctl("train", *resume), cwd=run.work, env=real_home.env(), capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     return run
 
