@@ -224,7 +224,7 @@ def test_env_ls_and_show(cli):
 # the tiny model cannot spell backwards or add). Measured alone, 12 steps (seeds 1-6, and 42 four times): each task's
 # held-out reward went 0.005-0.018 -> 0.098-0.112 at step 12, most of it by step 6-9. How fast varies: one run (seed
 # 1) fell to a train reward of 0.002 at steps 5-6 before it rose (0.073-0.078 at step 9), and both suite runs of the
-# earlier 9 steps fell so at steps 4-5 (seed 42, two cores shared): one gained 0.065/0.063 by step 9, the other only
+# earlier 9 steps fell so at step 5 (seed 42, two cores shared): one gained 0.052/0.049 by step 9, the other only
 # 0.033/0.027, which failed. 12 steps leave room for that fall: the test asks for a gain of LEARNED on one task at
 # least and a gain on each.
 LEARNING = (
