@@ -142,9 +142,11 @@ def dry_run(home: Home, work: Path, args: list[str], env: dict[str, str]) -> Non
 
 
 def train(
-    home: Home, name: str, *args: str, terminal: bool = False, expect: int = 0, check_first: bool = True, **env: str
-) -> RealRun:
-    """`trainctl train ARGS run.name=NAME` in a new working directory, after its dry run here (`check_first`)."""
+    home: Home, name: str, *args: str, terminal: bool = False, expect: int = 0, check_first: bool = True,
+    recheck: tuple[str, ...] = (), **env: str,
+) -> RealRun:  # fmt: skip
+    """`trainctl train ARGS run.name=NAME` in a new working directory, after its dry run here (`check_first`). The
+    launch may cache the answers of the checks in `recheck` (cache folders) that its dry run could not keep."""
     work = home.root / f"work-{name}"
     work.mkdir()
     # a cache of the run's own: the verdicts below are this run's, whatever the other worker launches meanwhile
@@ -170,7 +172,7 @@ def train(
             # the trainer's own: the datasets library's Arrow copies of the data and wandb's logs
             # (trainctl.launchers.local), what vLLM caches when its engine starts (trainctl.facts.vllm)
             if before.get(f) != stamp
-            and not {DATASETS_CACHE, WANDB_CACHE, VLLM_CACHE} & set(f.relative_to(cache).parts)
+            and not {DATASETS_CACHE, WANDB_CACHE, VLLM_CACHE, *recheck} & set(f.relative_to(cache).parts)
         )
         assert any(f.parent.name == "validated" for f in before), f"the dry run of {name} left no verdict"
         assert not written, f"the launch of {name} cached what its dry run had not: {written}"

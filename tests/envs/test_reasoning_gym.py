@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.real_runs import train, trainctl
+from tests.real_runs import dry_run, train, trainctl
 from trainctl.envs import reasoning_gym as kind
 from trainctl.runtime.rewards.reasoning_gym import compute_score
 
@@ -248,15 +248,18 @@ HELD_OUT = "val-aux/reasoning_gym/{}/reward/mean@4"
 def env_run(real_home):
     """GRPO of the tiny model on two reasoning-gym tasks with a curriculum: STEPS steps (validated before), then
     resumed to one more (validated at the end, and only then: each validation samples 256 answers, ~3 s on a busy
-    machine). Launched without a dry run first: the rows it generates are checked as they are written, too fresh for
-    the data check to keep its verdict (trainctl.paths.memo_on_files), and real_runs.train would count the launch's
-    check as one the dry run missed."""
+    machine). Its dry run here writes the rows it generates and checks them as they are written, too fresh for the
+    data check to keep its answer (trainctl.paths.memo_on_files): the launch keeps it (`recheck`), and reuses the
+    dry run's verdict of verl's own checks (its process imports verl only to train)."""
     run = train(
         real_home, "grpo-env", "recipe=grpo-arith-tiny-cpu", "env=reasoning_gym", RUN_MIX, *LEARNING, *CURRICULUM,
-        f"run.max_steps={STEPS}", "trainer.val_before_train=true", "logger=console", check_first=False,
+        f"run.max_steps={STEPS}", "trainer.val_before_train=true", "logger=console", recheck=("data-check", "rows"),
     )  # fmt: skip
     resume = ["--resume", str(run.path), f"run.max_steps={STEPS + 1}", f"run.val_every={STEPS + 1}",
               "trainer.val_before_train=false"]  # fmt: skip
+    # the resume's config is checked here first (its steps differ from the first attempt's: a verdict of its own), so
+    # its process does not import verl only to validate (~4 s of CPU)
+    dry_run(real_home, run.work, resume, {})
     resumed = subprocess.run(
         trainctl("train", *resume), cwd=run.work, env=real_home.env(), capture_output=True, text=True, timeout=300
     )

@@ -49,6 +49,10 @@ def small_disk(isolated):
 def _killed_server_then_a_full_disk(cli, work: Path, small_disk: Path) -> None:
     """Attempts 1 and 2: the rollout server killed after step 2's checkpoint; resumed, step 4's checkpoint fits on the
     disk, step 6's does not."""
+    # checked here first, as a user checks a run before launching it: the launch (and the resume, the same config)
+    # reuse the verdict, so their processes do not import verl only to validate (~4 s of CPU a launch)
+    checked = cli("train", *ARGS, "--dry-run")
+    assert checked.exit_code == 0, checked.output
     first = Attempt(work, trainctl("train", *ARGS), name=NAME)
     first.wait(lambda: first.checkpoint() >= 2, "attempt 1's first checkpoint")
     servers = first.processes("HFRolloutServer", "trainctl's hf rollout server")
