@@ -1,4 +1,4 @@
-"""Issue 54: where the default suite's CPU goes, by kind of process, by test file and by test.
+"""Issue 54: where the default suite's CPU goes, by kind of process, by command, by test file and by test.
 
     python benchmarks/suite_cpu.py [PYTEST ARGS]     # no arguments: the default suite, with make test's options
 
@@ -13,7 +13,7 @@ CPU after its last sample (a few percent in all).
 The sampler reads /proc itself: psutil's process_iter took three times its CPU a sample (9.1 against 2.9 ms for 84
 processes, measured here), and a busy moment of the suite has ~300.
 
-Prints the three tables and writes them to benchmarks/results/suite_cpu.json. CPU-seconds scale with the host's
+Prints the four tables and writes them to benchmarks/results/suite_cpu.json. CPU-seconds scale with the host's
 speed: compare figures from one host (benchmarks/README.md: the calibration loop).
 """
 
@@ -59,6 +59,13 @@ _PROVISIONAL = re.compile(r"^ray::IDLE|trainctl\.runtime\.forkserver|^$")
 
 def kind(cmdline: str) -> str:
     return next(name for name, pattern in KINDS if re.search(pattern, cmdline))
+
+
+def command(cmdline: str) -> str:
+    """A command line with what differs from one start of it to the next (temporary paths, ports, PIDs, IDs) taken
+    out, cut to 120 characters: the starts of one command add up."""
+    cmdline = re.sub(r"/tmp/\S*", "<tmp>", cmdline)
+    return re.sub(r"\d{3,}|[0-9a-f]{8,}", "N", cmdline)[:120]
 
 
 # --- the pytest plugin (loaded in each worker by `-p suite_cpu`) ---
@@ -140,7 +147,7 @@ def timelines(folder: Path) -> dict[int, list[tuple[float, float, str]]]:
 
 def charge(sampler: Sampler, tests: dict[int, list[tuple[float, float, str]]]) -> dict[str, Counter]:
     """CPU-seconds by kind, by test file and by test."""
-    by = {"kind": Counter(), "file": Counter(), "test": Counter()}
+    by = {"kind": Counter(), "command": Counter(), "file": Counter(), "test": Counter()}
     starts = {pid: [t[0] for t in ts] for pid, ts in tests.items()}
 
     def worker(pid: int) -> int | None:
@@ -162,6 +169,7 @@ def charge(sampler: Sampler, tests: dict[int, list[tuple[float, float, str]]]) -
             if spent <= 0:
                 continue
             by["kind"][kind(sampler.cmdline.get(pid, ""))] += spent
+            by["command"][command(sampler.cmdline.get(pid, ""))] += spent
             w = worker(pid)
             test = test_at(w, t) if w is not None else "(outside the workers: pytest's controller, daemons)"
             by["test"][test] += spent
@@ -186,7 +194,7 @@ def main(argv: list[str]) -> int:
     total = sum(by["kind"].values())
     print(f"\npytest exited {done.returncode} after {wall:.0f} s; {total:.0f} CPU-seconds sampled "
           f"({total / wall / os.cpu_count():.0%} of {os.cpu_count()} cores)")  # fmt: skip
-    shown = {"kind": 20, "file": 40, "test": 25}
+    shown = {"kind": 20, "command": 30, "file": 40, "test": 25}
     for table, rows in by.items():
         print(f"\nCPU-seconds by {table}:")
         for name, seconds in rows.most_common(shown[table]):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
-from trainctl.runtime.cpu_checkpoint_engine import BACKEND, GlooCheckpointEngine
+if TYPE_CHECKING:
+    from trainctl.runtime.cpu_checkpoint_engine import GlooCheckpointEngine
 
 BUCKET = 4096  # bytes: small, so that the state below takes several buckets and one tensor several chunks
 
@@ -48,7 +50,7 @@ def _threads(*targets) -> None:
 def _sync(trainers: list[GlooCheckpointEngine], rollouts: list[GlooCheckpointEngine], state: dict) -> list[dict]:
     """One weight sync as verl's manager drives it: prepare everywhere, the topology, the groups, send and receive."""
     metadata = [e.prepare() for e in trainers + rollouts]
-    actor_kwargs, rollout_kwargs = GlooCheckpointEngine.build_topology(len(trainers), len(rollouts), metadata)
+    actor_kwargs, rollout_kwargs = type(trainers[0]).build_topology(len(trainers), len(rollouts), metadata)
     _threads(
         *(lambda e=e, i=i: e.init_process_group(**{k: v[i] for k, v in actor_kwargs.items()}) for i, e in
           enumerate(trainers)),
@@ -73,9 +75,18 @@ def _sync(trainers: list[GlooCheckpointEngine], rollouts: list[GlooCheckpointEng
     return got
 
 
-def test_every_rollout_process_gets_the_whole_state_byte_for_byte():
-    trainers = [GlooCheckpointEngine(BUCKET, is_master=True), GlooCheckpointEngine(BUCKET)]
-    rollouts = [GlooCheckpointEngine(BUCKET), GlooCheckpointEngine(BUCKET)]
+@pytest.fixture(scope="module")
+def engine() -> type[GlooCheckpointEngine]:
+    """The engine, imported by the tests that use it rather than at collection: its module imports verl's checkpoint
+    engines, and vLLM's distributed code through them, which every pytest worker would then import."""
+    from trainctl.runtime.cpu_checkpoint_engine import GlooCheckpointEngine
+
+    return GlooCheckpointEngine
+
+
+def test_every_rollout_process_gets_the_whole_state_byte_for_byte(engine):
+    trainers = [engine(BUCKET, is_master=True), engine(BUCKET)]
+    rollouts = [engine(BUCKET), engine(BUCKET)]
     state = _state()
     for _ in range(2):  # the same engines sync again, in a group built anew
         for got in _sync(trainers, rollouts, state):
@@ -89,9 +100,11 @@ def test_every_rollout_process_gets_the_whole_state_byte_for_byte():
     assert trainers[1].rank == -1  # a trainer rank besides 0 only walked the generator
 
 
-def test_registered_with_verl():
+def test_registered_with_verl(engine):
     from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
-    assert CheckpointEngineRegistry.get(BACKEND) is GlooCheckpointEngine
+    from trainctl.runtime.cpu_checkpoint_engine import BACKEND
+
+    assert CheckpointEngineRegistry.get(BACKEND) is engine
     with pytest.raises(AssertionError, match="master"):
-        GlooCheckpointEngine.build_topology(1, 1, [{"master": None}, {"master": None}])
+        engine.build_topology(1, 1, [{"master": None}, {"master": None}])
