@@ -1,5 +1,6 @@
 """trainctl's processes do not import scikit-learn, which transformers would load for nothing trainctl uses (2.4 s of
-CPU each): the CLI, and every process of a verl run trainctl launched (its plugin loads at the end of `import verl`)."""
+CPU each): the CLI, and every process of a verl run trainctl launched (its plugin loads at the end of `import verl`);
+nor vLLM where the run has no vLLM engine, nor TRL in a verl SFT run (trainctl.import_cost)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,29 @@ def test_a_verl_process_trainctl_launched_skips_it_and_one_it_did_not_does_not(p
     # and not transformers' generation code)
     assert plugin_probe(TRAINCTL_LAUNCHED="1")["sklearn_with_generation"] == [False, True]
     assert plugin_probe()["sklearn_with_generation"] == [True, True]
+
+
+HIDDEN = "import importlib.util as u; from trainctl.import_cost import skip_for_run; skip_for_run(); " + (
+    "print(*(u.find_spec(p) is not None for p in ('trl', 'vllm', 'torch')))"
+)
+
+
+def test_a_run_trainctl_launched_hides_what_its_environment_says_it_does_not_use():
+    assert _run(HIDDEN, TRAINCTL_LAUNCHED="1", TRAINCTL_NO_TRL="1", TRAINCTL_NO_VLLM="1") == ["False", "False", "True"]
+    assert _run(HIDDEN, TRAINCTL_LAUNCHED="1", TRAINCTL_NO_VLLM="1") == ["True", "False", "True"]
+    # a process trainctl did not launch (the variables alone, say from a user's shell, hide nothing)
+    assert _run(HIDDEN, TRAINCTL_NO_TRL="1", TRAINCTL_NO_VLLM="1") == ["True", "True", "True"]
+
+
+def test_the_session_sft_run_loaded_its_model_without_trl(sft_run):
+    """verl says when it patches TRL's value-head model, which it does as it loads a model wherever TRL is there;
+    the SFT run's rank, with TRL hidden, never did (a GRPO run's training worker does: it may train a critic)."""
+    import inspect
+
+    from verl.models.transformers import monkey_patch
+
+    said = "Monkey patch state_dict in AutoModelForCausalLMWithValueHead."
+    assert said in inspect.getsource(monkey_patch.apply_monkey_patch)
+    log = (sft_run.path / "logs" / "attempt-1.log").read_text()
+    assert "step:1 - " in log  # the rank's own output is in the log
+    assert said not in log

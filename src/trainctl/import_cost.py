@@ -11,8 +11,13 @@ verl run trainctl launched), the TRL entry point.
 hide_vllm() does the same for vLLM in a verl run that uses no vLLM engine (trainctl sets TRAINCTL_NO_VLLM=1 for it):
 verl's checkpoint engines import `vllm.distributed` wherever vLLM is installed (vLLM's CPU build is, here), ~1 s of
 CPU (torch._inductor with it) in the driver's task runner, the training worker and the agent-loop worker, for an
-engine a CPU run never uses. verl imports those engines under `except ImportError`, verl and TRL ask for vLLM with
-`importlib.util.find_spec`: hidden, it is absent to both.
+engine a CPU run never uses, and in each rank of a verl SFT run. verl imports those engines under `except
+ImportError`, verl and TRL ask for vLLM with `importlib.util.find_spec`: hidden, it is absent to both.
+
+hide_trl() hides TRL from a verl SFT run's ranks (TRAINCTL_NO_TRL=1): as verl loads a model it imports TRL's PPO
+trainer (wandb with it), where TRL is installed, to patch the value-head model a critic may be (verl.models.
+transformers.monkey_patch, under `is_trl_available()`: find_spec again). SFT has no critic; each rank spent 1.2 s of
+CPU on a busy host on it (and 1.9 s on vLLM).
 """
 
 from __future__ import annotations
@@ -47,20 +52,28 @@ def skip_sklearn() -> None:
         sys.meta_path.insert(0, _SklearnAbsent())
 
 
-HIDDEN = "vllm"
+def _hide(package: str) -> None:
+    """`package` absent to this process: importing it raises ModuleNotFoundError and `importlib.util.find_spec`
+    answers None, as without it installed (Python's meaning of None in sys.modules)."""
+    sys.modules.setdefault(package, None)
 
 
 def hide_vllm() -> None:
-    """vLLM absent to this process: `import vllm` raises ModuleNotFoundError and `importlib.util.find_spec("vllm")`
-    answers None, as without it installed (Python's meaning of None in sys.modules)."""
-    sys.modules.setdefault(HIDDEN, None)
+    _hide("vllm")
+
+
+def hide_trl() -> None:
+    _hide("trl")
 
 
 def skip_for_run() -> None:
     """What a process of a verl run trainctl launched leaves out (the verl plugin, in every such process, and the fork
-    server, before it imports for the run's workers): scikit-learn always, vLLM where the run uses none."""
+    server, before it imports for the run's workers): scikit-learn always, vLLM where the run uses none, TRL in an
+    SFT run."""
     launched = os.environ.get("TRAINCTL_LAUNCHED") == "1"
     if launched or os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
         skip_sklearn()
     if launched and os.environ.get("TRAINCTL_NO_VLLM") == "1":
         hide_vllm()
+    if launched and os.environ.get("TRAINCTL_NO_TRL") == "1":
+        hide_trl()

@@ -128,10 +128,12 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         env["TRAINCTL_ROLLOUT_THREADS"] = str(hw.rollout_threads or hw.cpu_threads)  # the hf rollout server's own
     if plan.cfg.family == "ppo":
         env["TRAINCTL_REWARD_KIND"] = plan.cfg.reward.kind  # reward metrics (trainctl.runtime.reward_metrics)
-        if plan.backend.node == "verl" and not _uses_vllm(plan):
-            # verl imports vLLM wherever it is installed (its checkpoint engines), ~1 s in three of a run's processes
-            # that never use it: the plugin hides it (trainctl.runtime.verl_cpu_plugin)
-            env["TRAINCTL_NO_VLLM"] = "1"
+    if plan.backend.node == "verl" and not _uses_vllm(plan):
+        # verl imports vLLM wherever it is installed (its checkpoint engines), ~1 s in three of a PPO run's processes
+        # and in each SFT rank, which never use it: the plugin hides it (trainctl.import_cost)
+        env["TRAINCTL_NO_VLLM"] = "1"
+    if plan.backend.node == "verl" and plan.cfg.family == "sft":
+        env["TRAINCTL_NO_TRL"] = "1"  # verl imports TRL for a critic's model as it loads one: SFT has none
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
     if plan.cfg.family == "ppo" and plan.cfg.env.kind != "none":
         env["TRAINCTL_ENV"] = plan.cfg.env.kind  # per-task rewards and the curriculum (trainctl.runtime.env_metrics)
