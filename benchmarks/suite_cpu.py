@@ -1,4 +1,5 @@
-"""Issue 54: where the default suite's CPU goes, by kind of process, by command, by test file and by test.
+"""Issue 54: where the default suite's CPU goes, by kind of process, by command, by test file, by test, and by test
+and kind of process together.
 
     python benchmarks/suite_cpu.py [PYTEST ARGS]     # no arguments: the default suite, with make test's options
 
@@ -13,8 +14,8 @@ CPU after its last sample (a few percent in all).
 The sampler reads /proc itself: psutil's process_iter took three times its CPU a sample (9.1 against 2.9 ms for 84
 processes, measured here), and a busy moment of the suite has ~300.
 
-Prints the four tables and writes them to benchmarks/results/suite_cpu.json. CPU-seconds scale with the host's
-speed: compare figures from one host (benchmarks/README.md: the calibration loop).
+Prints the five tables and writes them to benchmarks/results/suite_cpu.json. CPU-seconds scale with the host's speed:
+compare figures from one host (benchmarks/README.md: the calibration loop).
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def timelines(folder: Path) -> dict[int, list[tuple[float, float, str]]]:
 
 
 def charge(sampler: Sampler, tests: dict[int, list[tuple[float, float, str]]]) -> dict[str, Counter]:
-    """CPU-seconds by kind, by test file and by test."""
-    by = {"kind": Counter(), "command": Counter(), "file": Counter(), "test": Counter()}
+    """CPU-seconds by kind, by command, by test file, by test, and by test and kind together."""
+    by = {"kind": Counter(), "command": Counter(), "file": Counter(), "test": Counter(), "test and kind": Counter()}
     starts = {pid: [t[0] for t in ts] for pid, ts in tests.items()}
 
     def worker(pid: int) -> int | None:
@@ -168,12 +169,14 @@ def charge(sampler: Sampler, tests: dict[int, list[tuple[float, float, str]]]) -
             before[pid] = seconds
             if spent <= 0:
                 continue
-            by["kind"][kind(sampler.cmdline.get(pid, ""))] += spent
+            what = kind(sampler.cmdline.get(pid, ""))
+            by["kind"][what] += spent
             by["command"][command(sampler.cmdline.get(pid, ""))] += spent
             w = worker(pid)
             test = test_at(w, t) if w is not None else "(outside the workers: pytest's controller, daemons)"
             by["test"][test] += spent
             by["file"][test.split("::")[0]] += spent
+            by["test and kind"][f"{test} | {what}"] += spent
     return by
 
 
@@ -194,7 +197,7 @@ def main(argv: list[str]) -> int:
     total = sum(by["kind"].values())
     print(f"\npytest exited {done.returncode} after {wall:.0f} s; {total:.0f} CPU-seconds sampled "
           f"({total / wall / os.cpu_count():.0%} of {os.cpu_count()} cores)")  # fmt: skip
-    shown = {"kind": 20, "command": 30, "file": 40, "test": 25}
+    shown = {"kind": 20, "command": 30, "file": 40, "test": 25, "test and kind": 25}
     for table, rows in by.items():
         print(f"\nCPU-seconds by {table}:")
         for name, seconds in rows.most_common(shown[table]):
