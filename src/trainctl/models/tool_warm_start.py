@@ -10,14 +10,14 @@ about two of three samples, and the calculator is what gets the answer right (th
 learns from its reward to call the calculator: the agent recipe's share of trajectories with a call and its reward
 both rise (tests/launch/test_learning.py).
 
-It is plain PyTorch on the demonstrations, with the loss on the assistant turns only (what verl's MultiTurnSFTDataset
-masks). It stops on a held-out probe of 32 questions, not at a fixed step: when the copying sets in varies (measured:
-from step 500 to 900 without weight decay, 600 to 700 with it), so a fixed step gives a different model on every
-machine. Once (1) given the start of a call, the model greedily writes the question's expression for TARGET of the
-questions and (2) given the calculator's answer, it writes `#### N` for TARGET of them, it goes on at a tenth of the
-learning rate until also (3) it calls for GREEDY_CALLS of the probe questions, greedily (a call's first token has
-probability over one half: a greedy chat with it mostly calls the calculator), and (4) it still answers without a
-call in some samples (the mean probability of a call is at most CALL_SHARE_MAX).
+It is plain PyTorch on the demonstrations, with the loss on the assistant turns only (what verl's
+MultiTurnSFTDataset masks). It stops on a held-out probe of 32 questions, not at a fixed step: when the copying sets
+in varies (measured: 500 to 900 steps), so a fixed step gives a different model on every machine. Once (1) given the
+start of a call, the model greedily writes the question's expression for TARGET of the questions and (2) given the
+calculator's answer, it writes `#### N` for TARGET of them, it goes on at a tenth of the learning rate until also
+(3) it calls for GREEDY_CALLS of the probe questions, greedily (a call's first token has probability over one half:
+a greedy chat with it mostly calls the calculator), and (4) it still answers without a call in some samples (the
+mean probability of a call is at most CALL_SHARE_MAX).
 verl's SFT trainer (`trainctl train algorithm=sft data=arith-tools`) could do the same job, but takes ~10 s a step on
 this CPU; tests/data/test_tools.py checks the demonstrations load in verl's SFT dataset.
 """
@@ -45,9 +45,6 @@ MAX_STEPS = 2000
 # the first step probed: the copying never set in before step 400 in the warm starts measured (seeds 0-2, two question
 # sets), and a probe costs as much as ten steps
 FIRST_PROBE = 300
-# AdamW's weight decay: the copying sets in sooner with it. Warm starts of seeds 0, 1 and 2 stopped at steps 700, 675
-# and 625 with 0.1 against 1125, 1000 and 775 without (0.3: 750 and 650 for seeds 0 and 1)
-WEIGHT_DECAY = 0.1
 PROBED = 32
 # where a call's expression starts in the hermes call the chat template renders
 EXPRESSION = '"expression": "'
@@ -172,7 +169,6 @@ def warm_start(
     probe_every: int = 25,
     first_probe: int = FIRST_PROBE,
     lr: float = 3e-3,
-    weight_decay: float = WEIGHT_DECAY,
     batch: int = 16,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
@@ -199,7 +195,7 @@ def warm_start(
     prefix_ids = torch.tensor([prefix])
     # beta2 0.95 rather than AdamW's 0.999: the model learns to copy the question's numbers into its call after
     # ~450 steps where 0.999 took 700 to more than 1000 (measured over two seeds and two question sets)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
     calls = answers = greedy = step = 0
     share = 0.0
