@@ -9,10 +9,11 @@ With BENCH_LEARNING_ALL=1 also, per seed: SFT (`recipe=quickstart`: val/loss at 
 format share of greedy answers before and after) and DPO (16 steps, held-out accuracy and margin before and after):
 the run-to-run noise the learning tests' margins are set against (tests/launch/test_learning.py).
 
-With BENCH_LEARNING_AGENT=1 also, per seed: tiny-tools' warm start with that seed (`model init tiny-tools --seed`:
-its steps and time), then the agent recipe from it (its time and median step) and what the agent learning test
-compares: the share of training trajectories with a call the calculator answered, steps 1-3 -> 8-10, and the sampled
-eval of the test split (64 prompts x 4) before -> after: reward and the share of trajectories with a call.
+With BENCH_LEARNING_AGENT=1 also, per seed: tiny-tools' warm start with that seed, run here (`model init tiny-tools
+--train --seed`: its steps and time; seed 0's is the one trainctl ships), then the agent recipe from it (its time and
+median step) and what the agent learning test compares: the share of training trajectories with a call the
+calculator answered, steps 1-3 -> 8-10, and the sampled eval of the test split (64 prompts x 4) before -> after:
+reward and the share of trajectories with a call.
 BENCH_LEARNING_AGENT=only runs these alone (no GRPO runs).
 
 With BENCH_LEARNING_MODEL=smollm2 (issue 44), the real-model mode instead: SmolLM2-135M-Instruct imported from
@@ -158,7 +159,7 @@ def agent(home: Path, work: Path, seed: int) -> dict:
     name = f"agent-{seed}"
     start = time.perf_counter()
     subprocess.run(
-        [TRAINCTL, "model", "init", "tiny-tools", "--force", "--seed", str(seed)],
+        [TRAINCTL, "model", "init", "tiny-tools", "--force", "--train", "--seed", str(seed)],
         env=_env(home), cwd=work, check=True, capture_output=True,
     )  # fmt: skip
     warm_s = time.perf_counter() - start

@@ -203,7 +203,7 @@ def grpo_rows(n: int) -> list[Row]:
         ),
         Row(f"whole agent run ({STEPS} steps, with Ray start-up)", statistics.median(wall), note=f"median of {n}"),
         Row(
-            "model init tiny-tools (150 SFT steps on tool demonstrations)",
+            "model init tiny-tools (the warm start trainctl ships, copied)",
             warm_s,
             note=f"a rollout: {sample['output'][:90]!r}",
         ),

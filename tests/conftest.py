@@ -45,7 +45,7 @@ pytest_plugins = ["tests.real_runs", "tests.real_model"]
 # files together (as they were) both cores idled for a quarter of a minute-long stretch. The quick files fill in at
 # the end, where their small size lets both workers finish together.
 HEAVY_FIRST = (
-    # the longest session run (tiny-tools' warm start, then 10 agent steps on vLLM's CPU build): one worker's first
+    # the longest session run (10 agent steps on vLLM's CPU build, from tiny-tools): one worker's first
     "tests/launch/test_agent_grpo.py",
     "tests/launch/test_faults.py",  # (slow suite) the longest test there: a GRPO run in four attempts
     "tests/eval/test_eval.py",  # the GRPO run: the other worker's first
@@ -114,8 +114,8 @@ HEAVY_FIRST = (
 )
 
 
-# session fixtures that take minutes (tiny-tools' warm start, then the agent run)
-LONG_SETUP = {"agent_run", "tiny_tools_dir"}
+# session fixtures that take minutes (the agent run)
+LONG_SETUP = {"agent_run"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -125,7 +125,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: the order within a rank is pytest's
     for item in items:
         if LONG_SETUP.intersection(getattr(item, "fixturenames", ())):
-            # the test that makes the session's agent run, or waits for it on another worker, spends 9-10 minutes
+            # the test that makes the session's agent run, or waits for it on another worker, spends 5-8 minutes
             # in setup on this machine: the suite's timeout (pyproject: 600 s, a hang guard) would cut it
             item.add_marker(pytest.mark.timeout(1800))
 
@@ -223,8 +223,8 @@ def tiny_reward_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tools_dir(tmp_path_factory) -> Path:
-    """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls, 3-6 min), once per session:
-    the agent run trains it and the docs tour finds it in place."""
+    """`trainctl model init tiny-tools` (the tiny model warm-started on calculator calls: the warm start trainctl
+    ships, copied), once per session: the agent run trains it."""
     from trainctl.models.tiny import init_tiny
 
     return once(tmp_path_factory, "tiny-tools", lambda d: init_tiny(d / "tiny-tools", name="tiny-tools"))

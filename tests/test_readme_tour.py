@@ -13,7 +13,6 @@ runs (tests/real_runs.py), which train the same recipes.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -166,9 +165,7 @@ SETUP = ("trainctl model init tiny", "trainctl data prep arith")
 
 
 def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until_set_up: bool = False) -> list[str]:
-    """The tour in docs order; with `request`, training commands are dry runs and session runs stand in, and
-    `model init tiny-tools` finds the session's tiny-tools in place (the agent run builds it with the same code: the
-    minute and a half of its warm start is not spent twice).
+    """The tour in docs order; with `request`, training commands are dry runs and session runs stand in.
 
     `planned` maps a training command to the backend and run folder its dry run named, once the tour's set-up
     commands have run (from then on the home holds what it holds after `make demo`): filled when empty, and used
@@ -189,10 +186,6 @@ def _run_tour(cli, monkeypatch, request=None, planned: dict | None = None, until
             backend, folder = planned[command]
             _stand_in(request, backend, Path.cwd() / folder, args)
             continue
-        if request is not None and args == ["model", "init", "tiny-tools"]:
-            target = Path(os.environ["TRAINCTL_HOME"]) / "models" / "tiny-tools"
-            if not target.exists():
-                shutil.copytree(request.getfixturevalue("tiny_tools_dir"), target)
         with monkeypatch.context() as m:
             for assignment in env:
                 m.setenv(*assignment.split("=", 1))

@@ -41,7 +41,7 @@ def test_init_of_a_hub_model_says_to_pull_it(cli):
 def test_a_seed_for_a_model_without_a_warm_start_is_refused(cli, isolated):
     result = cli("model", "init", "tiny", "--seed", "3")
     assert result.exit_code == 1
-    assert "--seed 3: only tiny-tools' warm start takes a seed" in result.stderr
+    assert "--seed 3: only tiny-tools has a warm start" in result.stderr
     assert "Hint: trainctl model init tiny" in result.stderr
 
 
@@ -51,13 +51,28 @@ def test_info_with_a_bad_override_exits_1(cli):
     assert "hardware.gpus_per_node must be an integer, not 'abc'." in result.stderr
 
 
-def test_the_tool_model_says_how_its_warm_start_ended(cli, tiny_tools):
-    result = cli("model", "init", "tiny-tools")
-    assert result.exit_code == 0 and f"Already there: tiny tool-calling model at {tiny_tools}" in result.stdout
-    warm = result.stdout.splitlines()[1]
-    shape = r"Warm start: \d+ steps\. Of 32 held-out questions it calls the calculator for \d+ \(greedily; \d+% of"
-    assert re.match(shape, warm), warm
-    assert "copies the expression right into " in warm and "the calculator's answer as the final answer" in warm, warm
+def test_the_tool_model_is_the_shipped_warm_start_and_says_how_it_ended(cli, isolated):
+    """In a fresh home `model init tiny-tools` copies the warm start trainctl ships (seconds, not its minutes of
+    training), and says how that warm start ended, then and when it is already there."""
+    target = isolated / "models" / "tiny-tools"
+    built = cli("model", "init", "tiny-tools")
+    assert built.exit_code == 0 and f"Built: tiny tool-calling model at {target}" in built.stdout, built.output
+    again = cli("model", "init", "tiny-tools")
+    assert again.exit_code == 0 and f"Already there: tiny tool-calling model at {target}" in again.stdout
+    for result in (built, again):
+        warm = result.stdout.splitlines()[-1]
+        shape = (
+            r"Warm start \(the one trainctl ships; --force --train runs it here\): \d+ steps\. Of 32 held-out "
+            r"questions it calls the calculator for \d+ \(greedily; \d+% of"
+        )
+        assert re.match(shape, warm), warm
+        assert "copies the expression right into " in warm and "the calculator's answer as the final answer" in warm
+
+
+def test_train_for_a_model_without_a_warm_start_is_refused(cli, isolated):
+    result = cli("model", "init", "tiny-rm", "--train")
+    assert result.exit_code == 1
+    assert "--train: only tiny-tools has a warm start" in result.stderr and not (isolated / "models").exists()
 
 
 def test_a_tool_model_from_an_older_trainctl_gets_the_rebuild_command(cli, isolated, tiny_model_dir):

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 
 def _digest(folder):
     return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
@@ -37,20 +39,84 @@ def test_tiny_model_loads_and_round_trips_ids(tiny_model_dir):
     assert model.config.num_hidden_layers == declared["arch"]["layers"]
 
 
-def test_the_tool_model_warm_start_stopped_on_its_held_out_probe(tiny_tools_dir):
-    """tiny-tools (the session's, `trainctl model init tiny-tools`) trained until, on the 32 held-out questions, it
-    copied the expression into its calls and wrote the calculator's answer for TARGET of them each and greedily called
-    for GREEDY_CALLS of them, well short of the step cap; it still answers without a call in some samples (GRPO's
-    room)."""
-    import json
-
+def _stopped_on_its_probe(warm: dict) -> None:
+    """A warm start that trained until, on the 32 held-out questions, it copied the expression into its calls and
+    wrote the calculator's answer for TARGET of them each and greedily called for GREEDY_CALLS of them, well short of
+    the step cap; it still answers without a call in some samples (GRPO's room)."""
     from trainctl.models.tool_warm_start import CALL_SHARE_MAX, GREEDY_CALLS, MAX_STEPS, PROBED, TARGET
 
-    warm = json.loads((tiny_tools_dir / "trainctl-model.json").read_text())["warm_start"]
     # the copying never set in before step 400 in the warm starts measured (several seeds, two question sets)
     assert warm["probed"] == PROBED and 300 <= warm["steps"] < MAX_STEPS and warm["steps"] % 25 == 0, warm
     assert min(warm["calls_right"], warm["answers_right"]) >= TARGET * PROBED, warm
     assert warm["calls_greedy"] >= GREEDY_CALLS * PROBED and 0.5 < warm["call_share"] <= CALL_SHARE_MAX, warm
+
+
+def test_the_shipped_tool_model_is_of_this_trainctls_warm_start_and_probes_as_it_ended(tiny_tools_dir, tiny_model_dir):
+    """tiny-tools (the session's, `trainctl model init tiny-tools`) is the warm start trainctl ships: made from what
+    this checkout's warm start reads (the base model, the demonstrations and probe questions, the module's source), and
+    its weights answer the probe as its record says the warm start ended."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainctl.models import tool_warm_start as ws
+
+    warm = json.loads((tiny_tools_dir / "trainctl-model.json").read_text())["warm_start"]
+    assert warm["shipped"] is True and warm["seed"] == 0, warm
+    rows, probe = ws.demonstrations(0)
+    assert ws.inputs_digest(tiny_model_dir, rows, probe) == ws.shipped_record()["inputs"], (
+        "the warm start's inputs changed since its model was made: python -m trainctl.models.tiny (1-3 min) remakes it"
+    )
+    _stopped_on_its_probe(warm)
+    model = AutoModelForCausalLM.from_pretrained(tiny_tools_dir)
+    calls, answers, greedy, share = ws.probe(model, AutoTokenizer.from_pretrained(tiny_tools_dir), probe)
+    # greedy decoding on another CPU may round a near tie the other way: a question or two
+    assert abs(calls - warm["calls_right"]) <= 2 and abs(answers - warm["answers_right"]) <= 2, (calls, answers, warm)
+    assert abs(greedy - warm["calls_greedy"]) <= 2 and abs(share - warm["call_share"]) < 0.02, (greedy, share, warm)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_warm_start_run_here_stops_on_its_held_out_probe(isolated, cli):
+    """`model init tiny-tools --train`: seed 0's warm start run on this machine, not copied (1-3 min)."""
+    import json
+
+    result = cli("model", "init", "tiny-tools", "--train")
+    assert result.exit_code == 0, result.output
+    assert "the one trainctl ships" not in result.stdout and "Warm start: " in result.stdout
+    record = json.loads((isolated / "models" / "tiny-tools" / "trainctl-model.json").read_text())
+    assert record["warm_start"]["shipped"] is False
+    _stopped_on_its_probe(record["warm_start"])
+
+
+def test_the_shipped_warm_start_is_copied_only_for_its_own_inputs(tiny_model_dir, tmp_path, monkeypatch):
+    """Seed 0's warm start is copied when what it would read is what the shipped one read; another seed, `train`, or
+    a different base model run it (here a stand-in for the minutes of training)."""
+    import json
+    import shutil
+
+    from trainctl.models import tool_warm_start as ws
+
+    ran = []
+
+    def warm_start(base, rows, probe, out, seed, progress):
+        ran.append(seed)
+        shutil.copytree(base, out)
+        return ws.WarmStart(400, 16, 16, 30, 0.7, len(probe))
+
+    monkeypatch.setattr(ws, "warm_start", warm_start)
+    copied = ws.init_tiny_tools(tiny_model_dir, tmp_path / "copied")
+    assert copied.shipped and not ran
+    assert (tmp_path / "copied" / "model.safetensors").read_bytes() == (ws.SHIPPED / "model.safetensors").read_bytes()
+    assert (tmp_path / "copied" / "tokenizer.json").read_bytes() == (tiny_model_dir / "tokenizer.json").read_bytes()
+    assert not ws.init_tiny_tools(tiny_model_dir, tmp_path / "seed1", seed=1).shipped
+    assert not ws.init_tiny_tools(tiny_model_dir, tmp_path / "train", train=True).shipped
+    other = tmp_path / "other-base"
+    shutil.copytree(tiny_model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "rope_theta": 5000.0}))
+    assert not ws.init_tiny_tools(other, tmp_path / "other").shipped
+    assert ran == [1, 0, 0]
 
 
 def test_the_warm_start_leaves_a_third_of_its_demonstrations_without_a_call():

@@ -313,8 +313,9 @@ Examples:
   trainctl model init tiny                 build it where model=tiny looks for it
   trainctl model init tiny --out /tmp/m    somewhere else
   trainctl model init tiny-rm              a reward model of its shape: reward=model reward.model=tiny-rm
-  trainctl model init tiny-tools           tiny, warm-started to call the calculator (1-3 min): tools=calculator
-  trainctl model init tiny-tools --force --seed 1   another warm start
+  trainctl model init tiny-tools           tiny, warm-started to call the calculator (shipped): tools=calculator
+  trainctl model init tiny-tools --force --seed 1   another warm start, run here (1-3 min)
+  trainctl model init tiny-tools --force --train    seed 0's warm start run here rather than copied
 """
 )
 def init(
@@ -326,6 +327,10 @@ def init(
     seed: Annotated[
         int, typer.Option("--seed", help="tiny-tools: the warm start's seed (its demonstrations' order, the picks)")
     ] = 0,
+    train: Annotated[
+        bool,
+        typer.Option("--train", help="tiny-tools: run seed 0's warm start here, not copy the one trainctl ships"),
+    ] = False,
 ) -> None:
     """Build a tiny local model (tokenizer and random Qwen2 weights): tiny, the one the demo and the tests train, or
     tiny-rm, a reward model of its shape (reward=model reward.model=tiny-rm), or tiny-tools, tiny after a short
@@ -339,9 +344,10 @@ def init(
             f"only {' and '.join(BUILT)} are built locally; {name!r} comes from a hub.",
             hint=f"trainctl model pull {name}",
         )
-    if seed != 0 and name != "tiny-tools":
+    if (seed != 0 or train) and name != "tiny-tools":
+        option = f"--seed {seed}" if seed != 0 else "--train"
         raise TrainctlError(
-            f"--seed {seed}: only tiny-tools' warm start takes a seed ({name}'s weights are always the same).",
+            f"{option}: only tiny-tools has a warm start ({name}'s weights are always the same).",
             hint=f"trainctl model init {name}",
         )
     target = out or Path(load([f"model={name}"]).cfg.model.path)
@@ -351,7 +357,7 @@ def init(
         from trainctl.models.tool_warm_start import MAX_STEPS
 
         with progress_bar("warm start (stops once it calls the calculator right)", MAX_STEPS) as progress:
-            path = init_tiny(target, force=force, name=name, progress=progress, seed=seed)
+            path = init_tiny(target, force=force, name=name, progress=progress, seed=seed, train=train)
     else:
         path = init_tiny(target, force=force, name=name)
     what = {"tiny-rm": "tiny reward model", "tiny-tools": "tiny tool-calling model"}.get(name, "tiny model")
@@ -363,8 +369,9 @@ def init(
             f"agent recipe learns nothing): trainctl model init tiny-tools --force{f' --out {out}' if out else ''}"
         )
     elif warm:
+        made = " (the one trainctl ships; --force --train runs it here)" if warm.get("shipped") else ""
         typer.echo(
-            f"Warm start: {warm['steps']} steps. Of {warm['probed']} held-out questions it calls the calculator "
+            f"Warm start{made}: {warm['steps']} steps. Of {warm['probed']} held-out questions it calls the calculator "
             f"for {warm['calls_greedy']} (greedily; {warm['call_share']:.0%} of samples), copies the expression "
             f"right into {warm['calls_right']} calls and writes the calculator's answer as the final answer for "
             f"{warm['answers_right']}"

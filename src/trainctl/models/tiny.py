@@ -194,10 +194,12 @@ def fetch_command(name: str) -> str:
     return f"trainctl model init {name}" if name in BUILT else f"trainctl model pull {name}"
 
 
-def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None, seed: int = 0) -> Path:
+def init_tiny(
+    out: Path, force: bool = False, name: str = "tiny", progress=None, seed: int = 0, train: bool = False
+) -> Path:
     """Write a tiny model (`tiny`, the reward model `tiny-rm`, or `tiny-tools`) to `out` (built in a temporary folder,
     then renamed into place). `progress(n)` is told of each warm-start step of tiny-tools, whose warm start `seed`
-    seeds; how it ended goes into `trainctl-model.json`."""
+    seeds (seed 0's ships with trainctl: copied unless `train`); how it ended goes into `trainctl-model.json`."""
     out = Path(out).expanduser()
     if (out / "config.json").is_file() and not force:
         return out
@@ -219,7 +221,7 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None,
         base = tmp.with_name(f".{out.name}.base")
         shutil.rmtree(base, ignore_errors=True)
         tmp.rename(base)
-        warm = init_tiny_tools(base, tmp, seed=seed, progress=progress)
+        warm = init_tiny_tools(base, tmp, seed=seed, progress=progress, train=train)
         shutil.rmtree(base)
         record["warm_start"] = {**dataclasses.asdict(warm), "seed": seed}
     atomic_write_text(tmp / "trainctl-model.json", json.dumps(record) + "\n")
@@ -227,3 +229,26 @@ def init_tiny(out: Path, force: bool = False, name: str = "tiny", progress=None,
         shutil.rmtree(out)
     tmp.rename(out)
     return out
+
+
+def ship_tiny_tools(progress=None):
+    """Run tiny-tools' warm start of seed 0 here and put it where trainctl ships it (tool_warm_start.SHIPPED), with
+    the digest of its inputs; returns how it ended."""
+    import tempfile
+
+    from trainctl.models.tool_warm_start import SHIPPED, demonstrations, init_tiny_tools, inputs_digest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = init_tiny(Path(tmp) / "tiny")
+        rows, probe = demonstrations(0)
+        warm = init_tiny_tools(base, Path(tmp) / "tiny-tools", seed=0, progress=progress, train=True)
+        SHIPPED.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(tmp) / "tiny-tools" / "model.safetensors", SHIPPED / "model.safetensors")
+        ended = {k: v for k, v in dataclasses.asdict(warm).items() if k != "shipped"}
+        record = {"inputs": inputs_digest(base, rows, probe), "warm_start": ended}
+        (SHIPPED / "warm_start.json").write_text(json.dumps(record, indent=1) + "\n")
+    return warm
+
+
+if __name__ == "__main__":  # python -m trainctl.models.tiny: remake the shipped tiny-tools (after its inputs change)
+    print(ship_tiny_tools())

@@ -20,10 +20,18 @@ a greedy chat with it mostly calls the calculator), and (4) it still answers wit
 mean probability of a call is at most CALL_SHARE_MAX).
 verl's SFT trainer (`trainctl train algorithm=sft data=arith-tools`) could do the same job, but takes ~10 s a step on
 this CPU; tests/data/test_tools.py checks the demonstrations load in verl's SFT dataset.
+
+The warm start of seed 0 (what `trainctl model init tiny-tools` makes) ships with trainctl (SHIPPED: its weights and
+how it ended, made here by `python -m trainctl.models.tiny`), with the digest of everything it read: the
+base model's weights and tokenizer, its demonstrations and probe questions, and this module's source. `init` copies it
+when the digest of what it would read now is the same, and runs the warm start (1-3 minutes on 2 cores) otherwise, for
+another seed, or when asked to (`--train`). The same inputs give the same model on one machine (measured: identical
+weights from two runs); another CPU's rounding may stop it some steps apart, which is why the model is made once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -48,6 +56,10 @@ FIRST_PROBE = 300
 PROBED = 32
 # where a call's expression starts in the hermes call the chat template renders
 EXPRESSION = '"expression": "'
+# the warm start of seed 0, made once: model.safetensors and warm_start.json (the digest of its inputs, how it ended)
+SHIPPED = Path(__file__).with_name("shipped") / "tiny-tools"
+# what of the base model the warm start reads
+BASE_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json")
 
 
 def encode(tokenizer, row: dict) -> tuple[list[int], list[int]]:
@@ -78,6 +90,8 @@ class WarmStart:
     calls_greedy: int
     call_share: float
     probed: int
+    # copied from SHIPPED, not run here
+    shipped: bool = False
 
 
 def render(tokenizer, row: dict, turns: int, generation_prompt: bool) -> str:
@@ -261,23 +275,57 @@ def probe_rows(seed: int = 0) -> list[dict]:
     return list(arith_rows("tool_sft", "warmup", 512 + PROBED, seed))[512:]
 
 
-def init_tiny_tools(
-    tokenizer_and_model_dir: Path, out: Path, seed: int = 0, progress: Callable[[int], None] | None = None
-) -> WarmStart:
-    """Warm-start the tiny model in `tokenizer_and_model_dir` on calculator demonstrations into `out`: 512 questions
-    of arith's `warmup` split, DIRECT_SHARE of them answered without the calculator (a seeded pick), probed on the
-    next PROBED (RL trains on the train split, which it never saw)."""
-    import random
+def inputs_digest(base_dir: Path, rows: list[dict], probe: list[dict]) -> str:
+    """The digest of all a warm start reads: the base model's files, the demonstrations, the probe questions and this
+    module's source (its steps, learning rates and stopping rule)."""
+    digest = hashlib.sha256()
+    for name in BASE_FILES:
+        digest.update(name.encode() + b"\0" + (base_dir / name).read_bytes())
+    digest.update(json.dumps([rows, probe], sort_keys=True).encode())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
 
-    import torch
+
+def shipped_record() -> dict | None:
+    """What SHIPPED holds: {"inputs": digest, "warm_start": how it ended}; None where it is not there."""
+    record = SHIPPED / "warm_start.json"
+    return json.loads(record.read_text()) if record.is_file() else None
+
+
+def demonstrations(seed: int) -> tuple[list[dict], list[dict]]:
+    """The warm start's 512 demonstrations (DIRECT_SHARE of them answered without the calculator, a seeded pick) and
+    its probe questions."""
+    import random
 
     from trainctl.data.tools import arith_rows
 
     pick = random.Random(seed)
     rows = [direct(r) if pick.random() < DIRECT_SHARE else r for r in arith_rows("tool_sft", "warmup", 512, seed)]
+    return rows, probe_rows(seed)
+
+
+def init_tiny_tools(
+    tokenizer_and_model_dir: Path,
+    out: Path,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+    train: bool = False,
+) -> WarmStart:
+    """Warm-start the tiny model in `tokenizer_and_model_dir` on calculator demonstrations into `out`: 512 questions
+    of arith's `warmup` split, DIRECT_SHARE of them answered without the calculator (a seeded pick), probed on the
+    next PROBED (RL trains on the train split, which it never saw). Seed 0's is copied from SHIPPED when it was made
+    from the same inputs, unless `train`."""
+    import torch
+
+    rows, probe = demonstrations(seed)
+    record = shipped_record() if seed == 0 and not train else None
+    if record and record["inputs"] == inputs_digest(tokenizer_and_model_dir, rows, probe):
+        shutil.copytree(tokenizer_and_model_dir, out)
+        shutil.copyfile(SHIPPED / "model.safetensors", out / "model.safetensors")
+        return WarmStart(**{**record["warm_start"], "shipped": True})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # measured faster than 2 threads for this 181k-parameter model on 2 busy cores
     try:
-        return warm_start(tokenizer_and_model_dir, rows, probe_rows(seed), out, seed=seed, progress=progress)
+        return warm_start(tokenizer_and_model_dir, rows, probe, out, seed=seed, progress=progress)
     finally:
         torch.set_num_threads(threads)
