@@ -76,7 +76,9 @@ def _log(record: dict) -> None:
     folder = os.environ.get(TIMELINE_VAR)
     if folder:
         with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "t": time.time(), **record}) + "\n")
+            # pytest's controller logs every test too (xdist hands it each report): only workers have an id
+            worker = os.environ.get("PYTEST_XDIST_WORKER")
+            f.write(json.dumps({"pid": os.getpid(), "t": time.time(), "worker": worker, **record}) + "\n")
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -146,6 +148,44 @@ def timelines(folder: Path) -> dict[int, list[tuple[float, float, str]]]:
     return {pid: sorted(tests) for pid, tests in out.items()}
 
 
+def worker_pids(folder: Path) -> set[int]:
+    return {r["pid"] for path in folder.glob("*.jsonl") for r in map(json.loads, path.read_text().splitlines())
+            if r.get("worker")}  # fmt: skip
+
+
+def worker_spans(tests: dict[int, list[tuple[float, float, str]]], start: float) -> dict[int, tuple]:
+    """Each worker's test count, its first test's start and its last test's end (seconds after pytest started), and
+    its last test: where one worker ends long before the other, one core idled for the difference."""
+    return {
+        pid: (len(ts), ts[0][0] - start, max(t[1] for t in ts) - start, max(ts, key=lambda t: t[1])[2])
+        for pid, ts in sorted(tests.items())
+        if ts
+    }
+
+
+def running(tests: list[tuple[float, float, str]], start: float, end: float) -> list[str]:
+    """The tests of a worker that ran between start and end, with their seconds inside it (the longest 3)."""
+    inside = sorted(
+        ((min(e, end) - max(s, start), name) for s, e, name in tests if s < end and e > start), reverse=True
+    )
+    return [f"{name.split('::')[-1][:70]} {seconds:.0f}s" for seconds, name in inside[:3]]
+
+
+def cpu_by_minute(sampler: Sampler, start: float) -> list[float]:
+    """The cores busy (CPU-seconds sampled over 60 s), minute by minute: where the suite left a core idle."""
+    minutes: list[float] = []
+    before: dict[int, float] = dict(sampler.samples[0][1]) if sampler.samples else {}
+    for t, cpu in sampler.samples[1:]:
+        i = int((t - start) // 60)
+        minutes += [0.0] * (i + 1 - len(minutes))
+        for pid, seconds in cpu.items():
+            minutes[i] += max(0.0, seconds - before.get(pid, 0.0)) / 60
+            before[pid] = seconds
+    if sampler.samples and minutes:  # the last minute is a part of one
+        minutes[-1] *= 60 / max(SAMPLE_S, (sampler.samples[-1][0] - start) % 60)
+    return minutes
+
+
 def charge(sampler: Sampler, tests: dict[int, list[tuple[float, float, str]]]) -> dict[str, Counter]:
     """CPU-seconds by kind, by command, by test file, by test, and by test and kind together."""
     by = {"kind": Counter(), "command": Counter(), "file": Counter(), "test": Counter(), "test and kind": Counter()}
@@ -193,10 +233,23 @@ def main(argv: list[str]) -> int:
         wall = time.time() - start
         sampler.stop.set()
         sampler.join()
-        by = charge(sampler, timelines(Path(folder)))
+        tests = timelines(Path(folder))
+        by = charge(sampler, tests)
+        workers = worker_pids(Path(folder))
     total = sum(by["kind"].values())
     print(f"\npytest exited {done.returncode} after {wall:.0f} s; {total:.0f} CPU-seconds sampled "
           f"({total / wall / os.cpu_count():.0%} of {os.cpu_count()} cores)")  # fmt: skip
+    tests = {pid: ts for pid, ts in tests.items() if pid in workers}
+    spans = worker_spans(tests, start)
+    for pid, (n, first, last, final) in spans.items():
+        print(f"worker {pid}: {n} tests from {first:.0f} s to {last:.0f} s; its last: {final}")
+    minutes = cpu_by_minute(sampler, start)
+    print("cores busy, minute by minute: " + " ".join(f"{busy:.1f}" for busy in minutes))
+    for i, busy in enumerate(minutes):
+        if busy < 0.75 * (os.cpu_count() or 1):  # a core idle for a quarter of the minute or more: what ran then
+            during = {pid: running(ts, start + 60 * i, start + 60 * (i + 1)) for pid, ts in tests.items()}
+            print(f"  minute {i} ({busy:.1f} busy): " + "; ".join(f"{pid}: {', '.join(names)}" for pid, names in
+                                                                during.items() if names))  # fmt: skip
     shown = {"kind": 20, "command": 30, "file": 40, "test": 25, "test and kind": 25}
     for table, rows in by.items():
         print(f"\nCPU-seconds by {table}:")
@@ -204,7 +257,7 @@ def main(argv: list[str]) -> int:
             print(f"{seconds:8.1f}  {name}")
     results = root / "benchmarks" / "results"
     results.mkdir(exist_ok=True)
-    record = {"wall_s": wall, "cpu_s": total, "exit": done.returncode}
+    record = {"wall_s": wall, "cpu_s": total, "exit": done.returncode, "workers": spans, "cores_busy": minutes}
     record.update({table: dict(rows.most_common()) for table, rows in by.items()})
     (results / "suite_cpu.json").write_text(json.dumps(record, indent=1))
     return done.returncode
