@@ -9,7 +9,8 @@ cache (`tmp/HOST-PID`, PID the supervising trainctl's), removed when the attempt
 killed (SIGKILL: nothing removed it) is removed by the next trainctl that makes one. The user's own TMPDIR stands.
 The commands that run an engine or start servers and end with them (trainctl.cli.common.tethered) do the same with
 theirs: `chat` and `eval` for the length of for_this_process (vLLM in their own process, tool servers as children),
-`model serve` for its vLLM server's process.
+`model serve` for its vLLM server's process. A Slurm job's script does the same on its nodes (batch_job_lines: a
+folder `tmp/job-ID`, in place of the /tmp Slurm gives a job without a TMPDIR), which it removes as it ends.
 
 Two stay where they were, pinned because they read TMPDIR too: Ray's session folder (RAY_TMPDIR: its Unix sockets'
 paths must fit 107 bytes, which a folder under the cache does not promise) and torch inductor's compile cache
@@ -24,6 +25,7 @@ import getpass
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import socket
 import tempfile
@@ -105,6 +107,31 @@ def env(folder: Path | None, current: dict[str, str]) -> dict[str, str]:
     if not current.get("TORCHINDUCTOR_CACHE_DIR"):
         out["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir()
     return out
+
+
+def batch_job_lines(current: dict[str, str], job_id: str = "$SLURM_JOB_ID") -> list[str]:
+    """For a batch job's script (Slurm's): bash lines that send the trainer's temporary files to a folder of the
+    job's own under trainctl's cache, and define `remove_job_tmp`, which removes it (the script's exit trap calls it).
+    Slurm sets TMPDIR=/tmp in a job that has none (the folder these lines replace); one the user chose (`current`,
+    the environment sbatch runs in) or the cluster chose for its jobs stands, as does /tmp where the node cannot make
+    the folder (a cache the nodes do not share). Ray's folder and inductor's cache keep their places, as env() keeps
+    them."""
+    root = cache_dir() / FOLDER
+    if current.get("TMPDIR") or len(os.fsencode(root)) + len("/job-") + 12 + SOCKET_TAIL > SOCKET_PATH_MAX:
+        return ["remove_job_tmp() { :; }"]
+    folder = f'{shlex.quote(str(root))}/job-"{job_id}"'
+    return [
+        "# the trainer's temporary files (verl's lock file per checkpoint folder, torchrun's logs, ...) in a folder of",
+        "# the job's own under trainctl's cache, removed when the job ends; Ray's session folder stays in /tmp",
+        f'remove_job_tmp() {{ if [ -n "${{job_tmp:-}}" ]; then rm -rf "$job_tmp"; rmdir {shlex.quote(str(root))}'
+        " 2>/dev/null; fi; }",
+        f'if [ "${{TMPDIR:-/tmp}}" = /tmp ] && mkdir -p {folder} 2>/dev/null; then',
+        f"  job_tmp={folder}",
+        '  export TMPDIR="$job_tmp" RAY_TMPDIR="${RAY_TMPDIR:-/tmp}"'
+        f' TORCHINDUCTOR_CACHE_DIR="${{TORCHINDUCTOR_CACHE_DIR:-{inductor_cache_dir()}}}"',
+        '  echo "trainctl: the trainer\'s temporary files go to $TMPDIR, removed when the job ends"',
+        "fi",
+    ]
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 from tests.real_runs import FAST_SFT
 from trainctl.launchers.slurm_cluster import minutes
+from trainctl.paths import cache_dir
 
 SLURM = ["hardware.launcher=slurm"]
 # the quickstart, 4 steps, no validation: the shortest real SFT run
@@ -72,6 +75,20 @@ def test_the_ppo_familys_script_starts_ray_on_every_node_before_the_trainer(tmp_
     assert "hf_x" not in text and "--num-gpus=8" in text and "$(ray_ports $i)" in text
     assert text.index("ray_ports 0) &") < text.index("$(ray_ports $i) &") < text.index("srun --overlap")
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_tmpdir_the_user_chose_stands_in_the_job(tmp_path):
+    """Without one, the job sends the trainer's temporary files to a folder of its own under trainctl's cache (Slurm
+    would give it /tmp); with the user's TMPDIR in the environment sbatch runs in, the script leaves it alone."""
+    from trainctl.launchers.base import Job
+    from trainctl.launchers.slurm import script
+
+    hw = {"nnodes": 1, "gpus_per_node": 1, "device": "cpu", "ray_num_cpus": None, "slurm": {}}
+    log = tmp_path / "logs" / "attempt-1.log"
+    texts = [script(Job(["python", "-m", "x"], env, {}, "r"), hw, log, log.with_suffix(".exit"), []) for env in (
+        {}, {"TMPDIR": "/scratch/me"})]  # fmt: skip
+    assert f'  job_tmp={cache_dir() / "tmp"}/job-"$SLURM_JOB_ID"' in texts[0].splitlines()
+    assert "TMPDIR" not in texts[1] and "remove_job_tmp() { :; }" in texts[1].splitlines()
 
 
 def test_a_time_or_option_sbatch_would_refuse_is_an_error_of_the_plan(cli, no_processes):
@@ -155,6 +172,7 @@ def test_sft_across_two_slurm_nodes_learns_as_two_processes_on_one_node_do(
     from trainctl.metrics import read_metrics
 
     work = tmp_path / "work"
+    locks_before = set(Path(tempfile.gettempdir()).glob("ckpt_*.lock"))
     result = cli("train", *FAST_SFT, *SLURM, "hardware.nnodes=2", "run.name=sft2")
     assert result.exit_code == 0, result.output[-3000:]
     assert "Finished sft2" in result.stdout
@@ -166,6 +184,11 @@ def test_sft_across_two_slurm_nodes_learns_as_two_processes_on_one_node_do(
     log = (work / "runs" / "sft2" / "logs" / "attempt-1.log").read_text()
     for node, rank in (("node1", 0), ("node2", 1)):
         assert f"trainctl: node {node} (node rank {rank}) starts torchrun" in log
+    # verl's lock file per checkpoint folder (ckpt_<hash>.lock), torchrun's logs: in the job's folder under trainctl's
+    # cache, gone with the job; /tmp got none (no other test of the suite writes them there)
+    (job_tmp,) = re.findall(r"trainctl: the trainer's temporary files go to (\S+), removed", log)
+    assert Path(job_tmp).parent == cache_dir() / "tmp" and not Path(job_tmp).exists(), job_tmp
+    assert set(Path(tempfile.gettempdir()).glob("ckpt_*.lock")) <= locks_before
     step = work / "runs" / "sft2" / "checkpoints" / "global_step_4"
     assert {p.name for p in step.glob("model_world_size_2_rank_*.pt")} == {
         "model_world_size_2_rank_0.pt",

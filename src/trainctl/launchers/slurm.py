@@ -127,6 +127,7 @@ def sbatch_options(hw: dict, run_name: str, log: Path) -> list[str]:
 def script(job: Job, hw: dict, log: Path, exit_path: Path, args: list[str]) -> str:
     """The batch script of one attempt: its #SBATCH options, the run's environment (no secret: those come from
     the environment sbatch runs in), the nodes' wiring, the trainer."""
+    from trainctl.scratch import batch_job_lines
     from trainctl.secrets import Redactor, is_secret_name
 
     redact = Redactor()
@@ -148,7 +149,8 @@ def script(job: Job, hw: dict, log: Path, exit_path: Path, args: list[str]) -> s
         *(str(line) for line in s.get("setup") or []),
         "set -uo pipefail",
         f"exit_file={shlex.quote(str(exit_path))}",
-        """trap 'echo $? > "$exit_file"' EXIT""",
+        *batch_job_lines(job.env),
+        """trap 'echo $? > "$exit_file"; remove_job_tmp' EXIT""",
         *(f"export {k}={shlex.quote(v)}" for k, v in job.added_env.items() if not is_secret_name(k)),
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
         "head=${nodes[0]}",
