@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Row, report, reps
+from common import Row, report, reps, venv_over_ours
 
 CALIBRATION = "s = 0\nfor i in range(20_000_000):\n    s += i * i\n"
 IMPORTS = "import torch, transformers.modeling_utils, trainctl.config.load\n"
@@ -77,16 +77,6 @@ def _version(python: Path) -> str:
     ).stdout.strip()  # fmt: skip
 
 
-def _venv_over_ours(python: Path, root: Path) -> Path:
-    """A virtual environment of `python` whose packages are .venv's (lib/ linked): its python."""
-    venv = root / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(python)
-    (venv / "lib").symlink_to(Path(sys.prefix) / "lib", target_is_directory=True)
-    (venv / "pyvenv.cfg").write_text(f"home = {python.parent}\ninclude-system-site-packages = false\n")
-    return venv / "bin" / "python"
-
-
 def _cpu(argv: list[str], cwd: Path, env: dict) -> float:
     """CPU seconds (user + system) of one command and every process it waited for."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,7 +96,7 @@ def main() -> list[Row]:
         root = Path(tmp)
         theirs = None
         if base is not None and _version(base) == _version(ours):
-            theirs = _venv_over_ours(base, root)
+            theirs = venv_over_ours(base, root)
         work = root / "work"
         work.mkdir()
         env = {

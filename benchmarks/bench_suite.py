@@ -9,7 +9,9 @@ workers), each with its own source first on PYTHONPATH, from this checkout's env
 
 Only when named (`python benchmarks/run.py suite`, or BENCH_SUITE=1 with `make bench`): it takes most of an hour.
 BENCH_SUITE_ARGS narrows both runs to some tests (e.g. a file, to try the benchmark itself), and then nothing is
-compared with the quiet figure.
+compared with the quiet figure. BENCH_SUITE_BASELINE_PYTHON=/path/to/python3.11 runs 7cbd8d3's suite on that
+interpreter (with this environment's packages): its quiet figure was measured on pyenv's 3.11.7, and `make install`
+now prefers the system's (benchmarks/bench_interpreter.py), so that the ratio compares the checkouts as they run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, VENV_BIN, Row, report, reps
+from common import ROOT, VENV_BIN, Row, report, reps, venv_over_ours
 
 BASELINE = "7cbd8d3"
 # pytest's time for 7cbd8d3's suite on a quiet 2-core machine (11:39-12:11, 1556 passed): the middle
@@ -39,8 +41,8 @@ def wanted(argv: list[str]) -> bool:
     return "suite" in argv or os.environ.get("BENCH_SUITE") == "1"
 
 
-def pytest_seconds(checkout: Path, args: list[str]) -> tuple[float, int, float]:
-    """(pytest's own time, tests passed, wall seconds) of the checkout's default suite."""
+def pytest_seconds(checkout: Path, args: list[str], python: Path | None = None) -> tuple[float, int, float]:
+    """(pytest's own time, tests passed, wall seconds) of the checkout's default suite, on `python` (else ours)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(checkout / "src"),
@@ -50,7 +52,7 @@ def pytest_seconds(checkout: Path, args: list[str]) -> tuple[float, int, float]:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "src")], check=True, capture_output=True)
     start = time.perf_counter()
     done = subprocess.run(
-        [str(VENV_BIN / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        [str(python or VENV_BIN / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=checkout, env=env, capture_output=True, text=True,
     )  # fmt: skip
     wall = time.perf_counter() - start
@@ -72,12 +74,14 @@ def main() -> list[Row]:
     base = Path(tempfile.mkdtemp(prefix="bench-suite-")) / BASELINE
     subprocess.run(["git", "worktree", "add", "--detach", str(base), BASELINE], cwd=ROOT, check=True,
                    capture_output=True)  # fmt: skip
+    other = os.environ.get("BENCH_SUITE_BASELINE_PYTHON")
+    pythons = {"baseline": venv_over_ours(Path(other), base.parent) if other else None, "trainctl": None}
     times: dict[str, list[float]] = {"baseline": [], "trainctl": []}
     passed: dict[str, int] = {}
     try:
         for _ in range(reps(1)):
             for name, checkout in (("baseline", base), ("trainctl", ROOT)):
-                seconds, passed[name], _ = pytest_seconds(checkout, args)
+                seconds, passed[name], _ = pytest_seconds(checkout, args, pythons[name])
                 times[name].append(seconds)
                 print(f"  {name} ({checkout}): pytest {seconds:.0f} s, {passed[name]} passed", flush=True)
     finally:

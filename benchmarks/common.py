@@ -28,6 +28,31 @@ def baseline_src(variable: str = "BENCH_BASELINE_SRC") -> Path | None:
     return Path(src).resolve()
 
 
+def venv_over_ours(python: Path, root: Path) -> Path:
+    """A virtual environment at root/venv of another interpreter, `python`, whose packages are this one's (its lib/ a
+    link to ours): the python to run, for comparing interpreters on the same packages."""
+    venv = root / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(python)
+    (venv / "lib").symlink_to(Path(sys.prefix) / "lib", target_is_directory=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {python.parent}\ninclude-system-site-packages = false\n")
+    # the console scripts (trainctl, ray, torchrun, ...) too, started by the other interpreter: a test that runs
+    # `<venv>/bin/trainctl` or Ray's CLI finds them there
+    ours = Path(sys.prefix) / "bin"
+    for script in ours.iterdir():
+        target = venv / "bin" / script.name
+        if script.name.startswith(("python", "activate")) or target.exists():
+            continue
+        head = script.read_bytes()[:256] if script.is_file() else b""
+        if head.startswith(b"#!") and str(ours).encode() in head.split(b"\n", 1)[0]:
+            body = script.read_text().split("\n", 1)
+            target.write_text(f"#!{venv / 'bin' / 'python'}\n{body[1] if len(body) > 1 else ''}")
+            target.chmod(0o755)
+        else:
+            target.symlink_to(script)
+    return venv / "bin" / "python"
+
+
 def reps(default: int = 5) -> int:
     return int(os.environ.get("BENCH_REPS", default))
 
