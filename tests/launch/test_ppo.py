@@ -92,9 +92,33 @@ def test_a_cpu_runs_ray_workers_are_forks_of_trainctls_fork_server(grpo_run):
     log = (grpo_run.path / "logs" / "attempt-1.log").read_text()
     assert "trainctl.runtime.forkserver" in (grpo_run.path / "command.sh").read_text()
     assert "trainctl forkserver: the workers' modules preloaded in" in log
-    assert "(vLLM's among them)" not in log  # an hf run: no vLLM imported for it
+    assert "(vLLM's" not in log and "MCP SDK's" not in log  # an hf run without tools: neither imported for it
     assert "declined a worker" not in log
     assert "not preloaded" not in log
     # verl's engines warn as they are imported: once, in the server, not again in each worker
     warning = "UserWarning: megatron engine is not available"
     assert log.count(warning) == 1, log.count(warning)
+
+
+def test_a_cpu_runs_own_ray_starts_no_dashboard_and_no_autoscaler(grpo_run):
+    """The run's own Ray (hardware=cpu: ray_dashboard false) starts neither the dashboard process ray.init() waits for
+    nor the autoscaler's monitor (trainctl.runtime.forkserver.lean_head): their logs are absent from the Ray session
+    whose worker logs carry the run's TaskRunner's PID; the log monitor and agents are there as ever."""
+    import json
+    import re
+    from datetime import datetime
+    from pathlib import Path
+
+    log = (grpo_run.path / "logs" / "attempt-1.log").read_text()
+    pid = re.search(r"\(TaskRunnerV1 pid=(\d+)\)", log).group(1)
+    # a PID comes round again: only logs written since the run started
+    started = datetime.fromisoformat(json.loads((grpo_run.path / "run.json").read_text())["created"]).timestamp()
+    sessions = {
+        p.parents[1]
+        for p in Path("/tmp/ray").glob(f"session_2*/logs/python-core-worker-*_{pid}.log")
+        if p.stat().st_mtime > started
+    }
+    assert len(sessions) == 1, sessions
+    logs = {p.name for p in (sessions.pop() / "logs").iterdir()}
+    assert "log_monitor.log" in logs and "dashboard_agent.log" in logs
+    assert not {"dashboard.log", "monitor.log"} & logs, sorted(logs)

@@ -39,9 +39,10 @@ def test_the_agent_recipe_calls_its_tools_through_vllms_turns(agent_run):
     assert all(m["tool/calculator/calls"] == m["tool/calls"] for m in metrics.values())
     gaps = series(metrics, ROLLOUT_GAP)
     assert len(gaps) == AGENT_STEPS and all(gap < GAP_BOUND for _, gap in gaps), gaps
-    # its Ray workers are forks of a server that imported verl's vLLM server once (trainctl.runtime.forkserver)
+    # its Ray workers are forks of a server that imported verl's vLLM server and the MCP SDK once
+    # (trainctl.runtime.forkserver)
     log = (agent_run.path / "logs" / "attempt-1.log").read_text()
-    assert "the workers' modules preloaded in" in log and "(vLLM's among them)" in log
+    assert "the workers' modules preloaded in" in log and "(vLLM's and the MCP SDK's among them)" in log
     assert "not preloaded" not in log
     # and the rollout server's engine process is a fork of the server (trainctl.runtime.vllm_cpu)
     assert log.count("trainctl: vLLM's engine process forked from its server, not spawned") == 1

@@ -130,3 +130,6 @@ def test_a_run_that_uses_vllm_gets_verls_vllm_server_preloaded_and_one_without_d
     assert forkserver.stage_two({"TRAINCTL_NO_VLLM": "1"}, workers, vllm) == workers
     assert forkserver.stage_two({}, workers, vllm) == (*workers, *vllm)
     assert vllm == forkserver.VLLM_WORKER_MODULES
+    # a run with MCP servers (trainctl.launch.tools sets TRAINCTL_MCP_SERVERS): the SDK its agent-loop workers use
+    mcp, tools = forkserver.MCP_WORKER_MODULES, {"TRAINCTL_NO_VLLM": "1", "TRAINCTL_MCP_SERVERS": "1"}
+    assert forkserver.stage_two(tools, workers, vllm) == (*workers, *mcp)

@@ -12,6 +12,9 @@ from trainctl.plan import Plan
 
 # where trainctl's tool metrics (trainctl.runtime.tool_metrics) read the calls each step made
 CALLS_ENV = "TRAINCTL_TOOL_CALLS"
+# set for a run whose tools include MCP servers: its fork server preloads the MCP SDK for the agent-loop workers
+# (trainctl.runtime.forkserver.stage_two)
+MCP_ENV = "TRAINCTL_MCP_SERVERS"
 
 
 def uses_tools(plan: Plan) -> bool:
@@ -23,10 +26,12 @@ def env(plan: Plan) -> dict[str, str]:
         return {}
     from trainctl.runtime.trajectories import ENV_ROLLOUTS
 
+    t = plan.cfg.tools
     return {
         CALLS_ENV: str(verl_tools.run_path(plan.run_dir, verl_tools.CALLS_DIR)),
         # where the tool loop records each trajectory's turns (trainctl.runtime.trajectories)
         ENV_ROLLOUTS: str(verl_tools.run_path(plan.run_dir, verl_tools.ROLLOUTS_DIR)),
+        **({MCP_ENV: "1"} if t.servers or t.servers_file else {}),
     }
 
 

@@ -110,6 +110,10 @@ WORKER_MODULES = (
 # vLLM server and the part of vLLM it imports, which the rollout server, the agent-loop workers, the request load
 # balancer, the training worker and the TaskRunner each imported for themselves (2.4 s of CPU each on 2 cores)
 VLLM_WORKER_MODULES = ("verl.workers.rollout.vllm_rollout.vllm_async_server",)
+# and in a run with MCP servers (TRAINCTL_MCP_SERVERS=1, trainctl.launch.tools): the MCP SDK, which each agent-loop
+# worker's bridge imported as it opened its first connection (~0.6 s of CPU each on a quiet machine: its pydantic
+# types; the agent recipe runs two workers)
+MCP_WORKER_MODULES = ("mcp", "mcp.client.stdio", "trainctl.runtime.mcp_bridge")
 
 # what the server's imports read from the environment: a worker whose values differ gets a fresh Python
 RUN_ENV = (
@@ -264,8 +268,13 @@ class Server:
         if "ray._raylet" in sys.modules and not _ray_ids_differ_across_forks():
             self.run_env["RAY_JOB_ID"] = "(Ray's ID generator was seeded before forking)"  # declines every worker
             _log("Ray's ID generator was seeded in the server: its workers would share IDs; each starts fresh")
-        vllm = " (vLLM's among them)" if len(names) > len(self.workers) else ""
-        _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s{vllm}")
+        among = [
+            what
+            for what, modules in (("vLLM's", self.vllm_workers), ("the MCP SDK's", MCP_WORKER_MODULES))
+            if modules and set(modules) <= set(names)
+        ]
+        listed = f" ({' and '.join(among)} among them)" if among else ""
+        _log(f"the workers' modules preloaded in {time.monotonic() - started:.1f}s{listed}")
 
     def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int:
         sys.stdout.flush()
@@ -427,8 +436,10 @@ def preload_driver(libraries: tuple[str, ...] = DRIVER_LIBRARIES) -> None:
 
 
 def stage_two(env: dict[str, str], workers: tuple[str, ...], vllm_workers: tuple[str, ...]) -> tuple[str, ...]:
-    """The modules of stage 2 for workers with environment `env`: vLLM's too unless the run uses no vLLM."""
-    return workers if env.get("TRAINCTL_NO_VLLM") == "1" else (*workers, *vllm_workers)
+    """The modules of stage 2 for workers with environment `env`: vLLM's too unless the run uses no vLLM, the MCP
+    SDK's where it has MCP servers."""
+    names = workers if env.get("TRAINCTL_NO_VLLM") == "1" else (*workers, *vllm_workers)
+    return (*names, *MCP_WORKER_MODULES) if env.get("TRAINCTL_MCP_SERVERS") == "1" else names
 
 
 def start(
@@ -471,13 +482,15 @@ def run_driver(module: str, args: list[str]) -> None:
     processes together and exit with the module's code.
 
     In this process, before the driver starts Ray: Ray starts its workers through trainctl.runtime.forkserver_setup
-    rather than its setup_worker.py (see there). And at the end: Ray's own shutdown at exit (ray.shutdown) stops its
+    rather than its setup_worker.py (see there), and its head without the processes a run's own has no use for
+    (lean_head). And at the end: Ray's own shutdown at exit (ray.shutdown) stops its
     processes one after another, up to a second each, and the interpreter then unloads torch: 2-3 s after the last
     step of a tiny run, where terminating them all at once takes the slowest one's time."""
     import ray._private.ray_constants as ray_constants  # Ray is the driver's first import anyway
 
     # an absolute name: ray._private.node joins it to Ray's workers folder, which keeps an absolute path whole
     ray_constants.SETUP_WORKER_FILENAME = SETUP
+    lean_head()
     import runpy
 
     sys.argv = [module, *args]
@@ -507,6 +520,32 @@ def run_driver(module: str, args: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(0 if code is None else code & 0xFF)
+
+
+def lean_head() -> None:
+    """The run's own Ray (ray.init() in this driver, a cluster of one node that lives as long as the run) without the
+    two head processes such a cluster has no use for: the autoscaler's monitor (nothing to scale) and, when the run
+    asked for no dashboard (hardware.ray_dashboard=false: Ray then loads only its usage-stats module), the dashboard
+    process, which ray.init() also waits for. Each is a Python importing Ray's and aiohttp's modules beside the
+    driver's own imports: ~1.7 s of CPU a run together (Ray's log monitor, agents, GCS and raylet stay)."""
+    import ray._private.node as ray_node
+    import ray._private.parameter as ray_parameter
+
+    params_init = ray_parameter.RayParams.__init__
+
+    def init(self, *args, **kwargs):
+        params_init(self, *args, **kwargs)
+        self.no_monitor = True
+
+    start_api_server = ray_node.Node.start_api_server
+
+    def api_server(self, *, include_dashboard, raise_on_failure):
+        if include_dashboard is False:
+            return  # the dashboard's URL stays None (ray.init() reports none)
+        start_api_server(self, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
+
+    ray_parameter.RayParams.__init__ = init
+    ray_node.Node.start_api_server = api_server
 
 
 def _end_descendants(grace_s: float = 0.5) -> None:
