@@ -19,10 +19,19 @@ def _run(code: str, **env: str) -> list[str]:
     return proc.stdout.split()
 
 
-def test_transformers_generation_loads_without_scikit_learn_once_skipped():
-    # that it loads scikit-learn otherwise: the untouched verl process below (verl imports it through transformers)
-    skipped = _run(f"from trainctl.import_cost import skip_sklearn; skip_sklearn(); {ASKS}")
-    assert skipped == ["False", "transformers.generation.candidate_generator"]
+# a model's code loads the object-detection losses, which import SciPy's optimizer when asked whether SciPy is there
+LOSSES = (
+    "import transformers.modeling_utils, transformers.loss.loss_for_object_detection as d; "
+    "print('scipy.optimize' in sys.modules, sys.modules['transformers.utils'].is_scipy_available(), d.__name__)"
+)
+
+
+def test_transformers_generation_and_model_code_load_without_scikit_learn_and_scipy_once_skipped():
+    # that they load them otherwise: the untouched verl process below (verl imports both through transformers)
+    skipped = _run(f"from trainctl.import_cost import skip_unused; skip_unused(); {ASKS}; {LOSSES}")
+    assert skipped[:2] == ["False", "transformers.generation.candidate_generator"]
+    # only while the losses loaded: transformers still answers that SciPy is there
+    assert skipped[2:] == ["False", "True", "transformers.loss.loss_for_object_detection"]
 
 
 def test_a_verl_process_trainctl_launched_skips_it_and_one_it_did_not_does_not(plugin_probe):
@@ -30,7 +39,10 @@ def test_a_verl_process_trainctl_launched_skips_it_and_one_it_did_not_does_not(p
     # scikit-learn (each a fresh verl process: a fork of a process that imported torch and transformers, not verl,
     # and not transformers' generation code)
     assert plugin_probe(TRAINCTL_LAUNCHED="1")["sklearn_with_generation"] == [False, True]
-    assert plugin_probe()["sklearn_with_generation"] == [True, True]
+    untouched = plugin_probe()
+    assert untouched["sklearn_with_generation"] == [True, True]
+    # and SciPy's optimizer with a model's code (the probes' zygote loaded that before any hook: see the test above)
+    assert untouched["scipy_with_losses"] == [True, True]
 
 
 HIDDEN = "import importlib.util as u; from trainctl.import_cost import skip_for_run; skip_for_run(); " + (

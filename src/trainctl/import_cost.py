@@ -5,8 +5,10 @@ code (measured here: `import verl.workers.engine` 10.8 -> 8.4 s): the CLI's, and
 of a run (seven processes for a GRPO run on the CPU).
 
 skip_sklearn() installs an import hook that tells transformers scikit-learn is absent just before its generation code
-asks; it imports nothing itself. trainctl's entry points call it: the CLI, the verl plugin (in every process of a
-verl run trainctl launched), the TRL entry point.
+asks; it imports nothing itself. skip_scipy() does the same for SciPy's optimizer, which transformers' object-detection
+losses import whenever SciPy is installed (vLLM and lm-eval install it) and modeling_utils loads them: ~0.5 s of CPU
+in every process that loads a model. trainctl's entry points call both (skip_unused): the CLI, the verl plugin (in
+every process of a verl run trainctl launched), the TRL entry point.
 
 hide_vllm() does the same for vLLM in a verl run that uses no vLLM engine (trainctl sets TRAINCTL_NO_VLLM=1 for it):
 verl's checkpoint engines import `vllm.distributed` wherever vLLM is installed (vLLM's CPU build is, here), ~1 s of
@@ -23,6 +25,7 @@ CPU on a busy host on it (and 1.9 s on vLLM).
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import os
 import sys
 
@@ -68,12 +71,54 @@ def hide_trl() -> None:
 
 def skip_for_run() -> None:
     """What a process of a verl run trainctl launched leaves out (the verl plugin, in every such process, and the fork
-    server, before it imports for the run's workers): scikit-learn always, vLLM where the run uses none, TRL in an
-    SFT run."""
+    server, before it imports for the run's workers): scikit-learn and SciPy's optimizer always, vLLM where the run
+    uses none, TRL in an SFT run."""
     launched = os.environ.get("TRAINCTL_LAUNCHED") == "1"
     if launched or os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
-        skip_sklearn()
+        skip_unused()
     if launched and os.environ.get("TRAINCTL_NO_VLLM") == "1":
         hide_vllm()
     if launched and os.environ.get("TRAINCTL_NO_TRL") == "1":
         hide_trl()
+
+
+# the transformers module that loads the object-detection losses (modeling_utils imports it: every process that loads
+# a model); four of them import scipy.optimize on load when SciPy is installed (vLLM and lm-eval install it)
+LOSSES = "transformers.loss.loss_utils"
+
+
+class _DetectionLossesWithoutScipy(importlib.abc.MetaPathFinder):
+    """Loads LOSSES with transformers' is_scipy_available() answering False while it and the losses it imports load
+    (never after): SciPy's optimizer, ~0.5 s of CPU, is for matching boxes in object detection, which trainctl never
+    trains (such a loss would then fail for want of linear_sum_assignment)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != LOSSES or "transformers.utils" not in sys.modules:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            utils = sys.modules["transformers.utils"]
+            available = utils.is_scipy_available
+            utils.is_scipy_available = _absent
+            try:
+                load(module)
+            finally:
+                utils.is_scipy_available = available
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def skip_scipy() -> None:
+    if not any(isinstance(finder, _DetectionLossesWithoutScipy) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _DetectionLossesWithoutScipy())
+
+
+def skip_unused() -> None:
+    """What no trainctl process uses: scikit-learn's metrics and SciPy's optimizer, both through transformers."""
+    skip_sklearn()
+    skip_scipy()

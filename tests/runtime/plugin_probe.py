@@ -86,4 +86,7 @@ facts["training_passes"] = sorted(
 facts["sklearn_with_generation"] = [
     "sklearn" in sys.modules, "transformers.generation.candidate_generator" in sys.modules,
 ]  # fmt: skip
+facts["scipy_with_losses"] = [
+    "scipy.optimize" in sys.modules, "transformers.loss.loss_for_object_detection" in sys.modules,
+]  # fmt: skip
 print(json.dumps(facts))

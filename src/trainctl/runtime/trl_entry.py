@@ -44,9 +44,9 @@ def _datasets(data: dict):
 
 
 def train(family: str, config_path: str, resume: bool = False) -> None:
-    from trainctl.import_cost import skip_sklearn
+    from trainctl.import_cost import skip_unused
 
-    skip_sklearn()  # before transformers loads (each rank, each Ray Train worker): trainctl.import_cost
+    skip_unused()  # before transformers loads (each rank, each Ray Train worker): trainctl.import_cost
     import torch
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
