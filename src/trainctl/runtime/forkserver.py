@@ -482,10 +482,10 @@ def run_driver(module: str, args: list[str]) -> None:
     processes together and exit with the module's code.
 
     In this process, before the driver starts Ray: Ray starts its workers through trainctl.runtime.forkserver_setup
-    rather than its setup_worker.py (see there), and its head without the processes a run's own has no use for
-    (lean_head). And at the end: Ray's own shutdown at exit (ray.shutdown) stops its
-    processes one after another, up to a second each, and the interpreter then unloads torch: 2-3 s after the last
-    step of a tiny run, where terminating them all at once takes the slowest one's time."""
+    rather than its setup_worker.py (see there), and its head without the autoscaler (lean_head). And at the end:
+    Ray's own shutdown at exit (ray.shutdown) stops its processes one after another, up to a second each, and the
+    interpreter then unloads torch: 2-3 s after the last step of a tiny run, where terminating them all at once takes
+    the slowest one's time."""
     import ray._private.ray_constants as ray_constants  # Ray is the driver's first import anyway
 
     # an absolute name: ray._private.node joins it to Ray's workers folder, which keeps an absolute path whole
@@ -524,11 +524,10 @@ def run_driver(module: str, args: list[str]) -> None:
 
 def lean_head() -> None:
     """The run's own Ray (ray.init() in this driver, a cluster of one node that lives as long as the run) without the
-    two head processes such a cluster has no use for: the autoscaler's monitor (nothing to scale) and, when the run
-    asked for no dashboard (hardware.ray_dashboard=false: Ray then loads only its usage-stats module), the dashboard
-    process, which ray.init() also waits for. Each is a Python importing Ray's and aiohttp's modules beside the
-    driver's own imports: ~1.7 s of CPU a run together (Ray's log monitor, agents, GCS and raylet stay)."""
-    import ray._private.node as ray_node
+    autoscaler's monitor: a Python importing Ray's autoscaler beside the driver's own imports (~0.6 s of CPU a run),
+    with nothing to scale. The dashboard process stays even with hardware.ray_dashboard=false (Ray then loads only its
+    usage-stats module): without it the raylet's dashboard agent asks Ray's GCS for its address every second and logs
+    an error each time."""
     import ray._private.parameter as ray_parameter
 
     params_init = ray_parameter.RayParams.__init__
@@ -537,15 +536,7 @@ def lean_head() -> None:
         params_init(self, *args, **kwargs)
         self.no_monitor = True
 
-    start_api_server = ray_node.Node.start_api_server
-
-    def api_server(self, *, include_dashboard, raise_on_failure):
-        if include_dashboard is False:
-            return  # the dashboard's URL stays None (ray.init() reports none)
-        start_api_server(self, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
-
     ray_parameter.RayParams.__init__ = init
-    ray_node.Node.start_api_server = api_server
 
 
 def _end_descendants(grace_s: float = 0.5) -> None:
