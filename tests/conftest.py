@@ -349,14 +349,20 @@ class Zygote:
     def _why(self) -> str:
         return self.stderr.read_text()[-3000:]
 
-    def probe(self, env: dict[str, str], out: Path) -> dict:
+    def run(self, env: dict[str, str], out: Path, script: Path | None = None, argv: tuple[str, ...] = ()) -> str:
+        """What `script` (tests/runtime/plugin_probe.py by default) printed, run with `argv` in a fork of the zygote
+        with `env`."""
+        request = {"env": env, "out": str(out), "argv": list(argv), **({"script": str(script)} if script else {})}
         with self.lock:
             proc = self._started()
-            proc.stdin.write(json.dumps({"env": env, "out": str(out)}) + "\n")
+            proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
             answer = json.loads(proc.stdout.readline() or "{}")
         assert answer.get("exit") == 0, f"the probe failed ({answer}):\n{self._why()}"
-        return json.loads(out.read_text().strip().splitlines()[-1])
+        return out.read_text()
+
+    def probe(self, env: dict[str, str], out: Path) -> dict:
+        return json.loads(self.run(env, out).strip().splitlines()[-1])
 
     def close(self) -> None:
         if self.proc is not None:
@@ -365,16 +371,23 @@ class Zygote:
 
 
 @pytest.fixture(scope="session")
-def plugin_probe(tmp_path_factory):
+def probe_zygote(tmp_path_factory):
+    """The worker's zygote (tests/runtime/probe_zygote.py), started by its first probe, for tests whose probe must
+    import verl in a fresh process."""
+    zygote = Zygote(tmp_path_factory.mktemp("zygote") / "zygote.err")
+    yield zygote
+    zygote.close()
+
+
+@pytest.fixture(scope="session")
+def plugin_probe(tmp_path_factory, probe_zygote):
     """probe(**env) -> the facts tests/runtime/plugin_probe.py prints in a process with that environment, which
     imports verl for the first time (a fork of a zygote that imported verl's heavy dependencies, not verl). Each
     environment is probed once per session, for every test that asks."""
     base = tmp_path_factory.mktemp("plugin-probes")
-    zygote = Zygote(base / "zygote.err")
 
     def probe(**env: str) -> dict:
         name = "plugin-probe-" + "-".join(f"{k}={v}" for k, v in sorted(env.items())).replace("/", "_")
-        return once(tmp_path_factory, name, lambda folder: zygote.probe(env, base / f"{name}.json"))
+        return once(tmp_path_factory, name, lambda folder: probe_zygote.probe(env, base / f"{name}.json"))
 
-    yield probe
-    zygote.close()
+    return probe

@@ -1,9 +1,11 @@
-"""A zygote for tests/runtime/plugin_probe.py: imports what verl imports (torch, tensordict, transformers, ray: six of a
-probe's eight seconds) but neither verl nor trainctl, then forks one child per request, which sets the request's
-environment and runs the probe. verl, and with it trainctl's plugin (entry point group verl.plugins), is first
-imported in the child, under that environment: what the probe reports is what a fresh verl process does.
+"""A zygote for tests/runtime/plugin_probe.py (and vllm_cpu_probe.py): imports what verl imports (torch, tensordict,
+transformers, ray: six of a probe's eight seconds) but neither verl nor trainctl, then forks one child per request,
+which sets the request's environment and runs the probe. verl, and with it trainctl's plugin (entry point group
+verl.plugins), is first imported in the child, under that environment: what the probe reports is what a fresh verl
+process does.
 
-Protocol, one JSON line each way: {"env": {...}, "out": PATH} -> {"exit": CODE}; the child's stdout goes to PATH.
+Protocol, one JSON line each way: {"env": {...}, "out": PATH, "script": PATH, "argv": [...]} -> {"exit": CODE}; the
+child's stdout goes to PATH; script (plugin_probe.py unless given) runs with sys.argv [script, *argv].
 """
 
 import json
@@ -35,7 +37,9 @@ for line in sys.stdin:
             sys.stdout = os.fdopen(1, "w", buffering=1)
             import runpy
 
-            runpy.run_path(PROBE, run_name="__main__")
+            script = request.get("script", PROBE)
+            sys.argv = [script, *request.get("argv", [])]
+            runpy.run_path(script, run_name="__main__")
             code = 0
         except BaseException:
             import traceback
