@@ -69,3 +69,35 @@ def test_the_session_sft_run_loaded_its_model_without_trl(sft_run):
     log = (sft_run.path / "logs" / "attempt-1.log").read_text()
     assert "step:1 - " in log  # the rank's own output is in the log
     assert said not in log
+
+
+PAUSED = """
+import gc, sys
+from trainctl.import_cost import collector_paused
+gc.disable()
+with collector_paused():
+    pass
+print(gc.isenabled(), gc.get_freeze_count())
+gc.enable()
+with collector_paused():
+    print(gc.isenabled())
+    import email.mime.multipart
+print(gc.isenabled(), gc.get_freeze_count() > 1000)
+frozen = gc.get_freeze_count()
+with collector_paused():
+    garbage = [[]]
+    garbage[0].append(garbage)
+del garbage
+print(gc.get_freeze_count() == frozen, gc.collect() > 0)
+"""
+
+
+def test_the_collector_is_paused_while_libraries_load_and_what_they_made_is_frozen():
+    """trainctl.import_cost.collector_paused, for the fork server's imports, the TRL entry point's and the backend's
+    own validation: the collector off in the block and as found after it; what a block that loaded modules made is
+    frozen; a block that loaded none freezes nothing (its garbage is collected as before)."""
+    lines = _run(PAUSED)
+    assert lines[:2] == ["False", "0"], "left off as found, nothing frozen"
+    assert lines[2] == "False", "off while the block runs"
+    assert lines[3:5] == ["True", "True"], "on again after, the import's objects frozen"
+    assert lines[5:7] == ["True", "True"], "no import: nothing more frozen, the block's cycle collected"

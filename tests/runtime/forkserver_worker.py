@@ -1,6 +1,7 @@
 """A stand-in for Ray's default_worker.py (tests/runtime/forkserver_harness.py starts it): writes what it sees to the
 file named by its first argument, then exits with the code its second asks for, or sleeps until it is stopped."""
 
+import gc
 import json
 import os
 import sys
@@ -15,6 +16,9 @@ facts = {
     "second_stage": "forkserver_remote" in sys.modules,
     "preloaded": "fractions" in sys.modules,
     "main": __name__,
+    # the collector as the fork found it: on, with what the server had loaded frozen
+    "gc_enabled": gc.isenabled(),
+    "frozen": gc.get_freeze_count(),
 }
 if "ray._raylet" in sys.modules:
     from ray._raylet import ObjectID

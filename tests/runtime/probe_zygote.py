@@ -8,15 +8,22 @@ Protocol, one JSON line each way: {"env": {...}, "out": PATH, "script": PATH, "a
 child's stdout goes to PATH; script (plugin_probe.py unless given) runs with sys.argv [script, *argv].
 """
 
+import atexit
+import gc
 import json
 import os
 import sys
 
-import omegaconf  # noqa: F401
-import ray  # noqa: F401
-import tensordict  # noqa: F401  (imports torch and torch._dynamo)
-import transformers
-import transformers.modeling_utils  # noqa: F401
+gc.disable()  # while the libraries load, frozen after: as trainctl's fork server does (trainctl.import_cost)
+import omegaconf  # noqa: E402, F401
+import ray  # noqa: E402, F401
+import tensordict  # noqa: E402, F401  (imports torch and torch._dynamo)
+import transformers  # noqa: E402
+import transformers.modeling_utils  # noqa: E402, F401
+
+gc.freeze()
+gc.enable()
+atexit.register(gc.unfreeze)  # for the last collection, as trainctl.import_cost does (else triton's bindings warn)
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_probe.py")
 PLUGIN_ENV = sys.argv[1].split(",")

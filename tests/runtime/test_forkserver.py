@@ -50,6 +50,14 @@ def test_the_server_loads_the_workers_modules_once_the_first_has_asked(served):
     assert by_case["second"]["worker_var"] == "two"  # each worker has its own environment, not the first's
 
 
+def test_a_fork_collects_its_own_garbage_and_leaves_what_the_server_loaded_frozen(served):
+    """The server pauses the collector while it imports and freezes what it holds before it forks
+    (trainctl.import_cost.collector_paused): a fork's collections walk only what the fork made."""
+    first, second = served["by_case"]["first"], served["by_case"]["second"]
+    assert first["gc_enabled"] and second["gc_enabled"]
+    assert first["frozen"] > 1000 and second["frozen"] > first["frozen"], (first["frozen"], second["frozen"])
+
+
 def test_forks_draw_distinct_ray_ids_though_the_server_defined_ray_actor_classes(served):
     """Ray seeds its ID generator once a process, from a pool a fork copies: a worker forked after the server drew an
     ID would draw its siblings' IDs (duplicate task IDs crash the actor they call). The server's imports draw none."""

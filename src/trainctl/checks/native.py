@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from trainctl.checks.files import model_present
 from trainctl.errors import Problem
+from trainctl.import_cost import collector_paused
 from trainctl.silence import quiet
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
 
     # verl's checks of a vLLM rollout (its LoRA settings) ask vLLM's version: the CPU build answers, as in the run
     alias_cpu_build()
-    with quiet():
+    with quiet(), collector_paused():
         from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     cfg = OmegaConf.create(resolved)
@@ -118,7 +119,7 @@ def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:
 
 
 def verl_sft(s: Subject, resolved: dict) -> list[Problem]:
-    with quiet():
+    with quiet(), collector_paused():
         from verl.utils.config import omega_conf_to_dataclass
 
     cfg = OmegaConf.create(resolved)
@@ -144,9 +145,10 @@ def trl(s: Subject, resolved: dict) -> list[Problem]:
 
     problems: list[Problem] = []
     with quiet():
-        from trl import ModelConfig
+        with collector_paused():
+            from trl import ModelConfig
 
-        config = load_class(TRAINERS[s.cfg.family].config)
+            config = load_class(TRAINERS[s.cfg.family].config)
         trainer_args, model_args, _ = split_args(copy.deepcopy(resolved), s.cfg.family)
         if s.cfg.hardware.device == "cuda" and not _local_cuda():
             # TrainingArguments checks bf16 against the machine it is built on, not the one the plan targets

@@ -37,6 +37,7 @@ declined, start it yourself), then the worker's exit code when it ends.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -164,13 +165,18 @@ def _die_with_parent() -> None:
 
 
 def _import(names: tuple[str, ...]) -> list[str]:
-    """Import what can be imported; the names that failed (a worker imports those itself, and fails as it would)."""
+    """Import what can be imported, with the collector paused (trainctl.import_cost.collector_paused: the forks then
+    leave the imports' objects alone); the names that failed (a worker imports those itself, and fails as it
+    would)."""
+    from trainctl.import_cost import collector_paused
+
     failed = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # an optional library missing, or broken: not the server's to report
-            failed.append(f"{name} ({type(e).__name__}: {e})")
+    with collector_paused():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # an optional library missing, or broken: not the server's to report
+                failed.append(f"{name} ({type(e).__name__}: {e})")
     return failed
 
 
@@ -279,6 +285,7 @@ class Server:
     def _fork(self, request: dict, fds: list[int], conn: socket.socket) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
+        gc.freeze()  # and what the server made since: the fork's collections leave that alone too
         pid = os.fork()
         if pid:
             return pid
@@ -491,6 +498,9 @@ def run_driver(module: str, args: list[str]) -> None:
     # an absolute name: ray._private.node joins it to Ray's workers folder, which keeps an absolute path whole
     ray_constants.SETUP_WORKER_FILENAME = SETUP
     lean_head()
+    # its imports with the collector off and frozen after (_import); run_module then runs it as __main__ with them
+    # loaded (a failed one fails again there, in its place)
+    _import((module,))
     import runpy
 
     sys.argv = [module, *args]

@@ -44,13 +44,14 @@ def _datasets(data: dict):
 
 
 def train(family: str, config_path: str, resume: bool = False) -> None:
-    from trainctl.import_cost import skip_unused
+    from trainctl.import_cost import collector_paused, skip_unused
 
     skip_unused()  # before transformers loads (each rank, each Ray Train worker): trainctl.import_cost
-    import torch
-    from omegaconf import OmegaConf
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
-    from trl import ModelConfig, get_peft_config
+    with collector_paused():
+        import torch
+        from omegaconf import OmegaConf
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
+        from trl import ModelConfig, get_peft_config
 
     from trainctl.facts.trl import TRAINERS
     from trainctl.runtime.trl_args import load_class, split_args
@@ -58,7 +59,9 @@ def train(family: str, config_path: str, resume: bool = False) -> None:
     spec = TRAINERS[family]
     flat = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
     trainer_args, model_args, data = split_args(flat, family)
-    args = load_class(spec.config)(**trainer_args)
+    with collector_paused():
+        config_class, trainer_class = load_class(spec.config), load_class(spec.trainer)
+    args = config_class(**trainer_args)
     model_config = ModelConfig(**model_args)
     path = model_config.model_name_or_path
 
@@ -95,7 +98,7 @@ def train(family: str, config_path: str, resume: bool = False) -> None:
 
     dataset = _datasets(data)
     extra = {"ref_model": None} if spec.reference else {}  # TRL makes it: a frozen copy, or the base under the adapter
-    trainer = load_class(spec.trainer)(
+    trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=dataset["train"],
