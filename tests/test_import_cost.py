@@ -57,18 +57,19 @@ def test_a_run_trainctl_launched_hides_what_its_environment_says_it_does_not_use
     assert _run(HIDDEN, TRAINCTL_NO_TRL="1", TRAINCTL_NO_VLLM="1") == ["True", "True", "True"]
 
 
-def test_the_session_sft_run_loaded_its_model_without_trl(sft_run):
+def test_the_session_sft_and_grpo_runs_loaded_their_models_without_trl(sft_run, grpo_run):
     """verl says when it patches TRL's value-head model, which it does as it loads a model wherever TRL is there;
-    the SFT run's rank, with TRL hidden, never did (a GRPO run's training worker does: it may train a critic)."""
+    the SFT run's rank and the GRPO run's training worker, with TRL hidden (neither has a critic), never did."""
     import inspect
 
     from verl.models.transformers import monkey_patch
 
     said = "Monkey patch state_dict in AutoModelForCausalLMWithValueHead."
     assert said in inspect.getsource(monkey_patch.apply_monkey_patch)
-    log = (sft_run.path / "logs" / "attempt-1.log").read_text()
-    assert "step:1 - " in log  # the rank's own output is in the log
-    assert said not in log
+    for run in (sft_run, grpo_run):
+        log = (run.path / "logs" / "attempt-1.log").read_text()
+        assert "step:1 - " in log, f"{run.path.name}: its trainer's own output is in the log"
+        assert said not in log, run.path.name
 
 
 PAUSED = """

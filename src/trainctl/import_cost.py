@@ -16,10 +16,11 @@ CPU (torch._inductor with it) in the driver's task runner, the training worker a
 engine a CPU run never uses, and in each rank of a verl SFT run. verl imports those engines under `except
 ImportError`, verl and TRL ask for vLLM with `importlib.util.find_spec`: hidden, it is absent to both.
 
-hide_trl() hides TRL from a verl SFT run's ranks (TRAINCTL_NO_TRL=1): as verl loads a model it imports TRL's PPO
-trainer (wandb with it), where TRL is installed, to patch the value-head model a critic may be (verl.models.
-transformers.monkey_patch, under `is_trl_available()`: find_spec again). SFT has no critic; each rank spent 1.2 s of
-CPU on a busy host on it (and 1.9 s on vLLM).
+hide_trl() hides TRL from a verl run without a critic (TRAINCTL_NO_TRL=1: SFT, and the PPO family but PPO itself):
+as verl loads a model it imports TRL's PPO trainer (wandb with it), where TRL is installed, to patch the value-head
+model a critic may be (verl.models.transformers.monkey_patch, under `is_trl_available()`: find_spec again). Each SFT
+rank spent 1.2 s of CPU on a busy host on it (and 1.9 s on vLLM); a GRPO run's training worker ~1 s, and its fork
+server another second preloading TRL.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def hide_trl() -> None:
 def skip_for_run() -> None:
     """What a process of a verl run trainctl launched leaves out (the verl plugin, in every such process, and the fork
     server, before it imports for the run's workers): scikit-learn and SciPy's optimizer always, vLLM where the run
-    uses none, TRL in an SFT run."""
+    uses none, TRL in a run without a critic."""
     launched = os.environ.get("TRAINCTL_LAUNCHED") == "1"
     if launched or os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
         skip_unused()

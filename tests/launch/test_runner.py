@@ -29,14 +29,16 @@ def test_the_run_environment_per_backend_and_logger(tmp_path):
     rollout = make_plan(["recipe=quickstart", f"run.dir={tmp_path}/r", "hardware.rollout_threads=3"], native=False)
     assert "OMP_NUM_THREADS" not in launch_env(rollout) and launch_env(rollout)["TRAINCTL_ROLLOUT_THREADS"] == "3"
     # what a verl run's processes leave out (trainctl.import_cost): vLLM where no engine of the run is vLLM's, and TRL
-    # from SFT's ranks (a PPO run may train a critic, which verl may load with TRL)
+    # where the run has no critic (verl may load a critic with TRL): SFT, GRPO, but not PPO
     hidden = {"TRAINCTL_NO_VLLM", "TRAINCTL_NO_TRL"}
-    assert hidden <= set(env) and hidden & set(grpo) == {"TRAINCTL_NO_VLLM"}
+    assert hidden <= set(env) and hidden <= set(grpo)
+    ppo = make_plan(["recipe=grpo-arith-tiny-cpu", "algorithm=ppo", f"run.dir={tmp_path}/p"], native=False)
+    assert hidden & set(launch_env(ppo)) == {"TRAINCTL_NO_VLLM"}
     on_vllm = make_plan(
         ["recipe=grpo-arith-tiny-cpu", "hardware.rollout_engine=vllm", f"run.dir={tmp_path}/v"], native=False
     )
     dpo = make_plan(["recipe=dpo-arith-tiny-cpu", f"run.dir={tmp_path}/d"], native=False)
-    assert not hidden & set(launch_env(on_vllm)) and not hidden & set(launch_env(dpo))
+    assert hidden & set(launch_env(on_vllm)) == {"TRAINCTL_NO_TRL"} and not hidden & set(launch_env(dpo))
     gpu = make_plan(["algorithm=grpo", "hardware=8gpu"], native=False)
     assert "VERL_PLATFORM" not in launch_env(gpu) and "VERL_DATAPROTO_SERIALIZATION_METHOD" not in launch_env(gpu)
     assert full_command(gpu).env["RAY_ADDRESS"] == "local"  # never a caller's cluster for a local run

@@ -79,9 +79,15 @@ def needs(cfg) -> tuple[bool, bool]:
     library (~0.8 s of a dry run) that nothing else of this validation needs. tests/checks/test_native.py holds
     them to verl's."""
     reference = cfg.algorithm.get("use_kl_in_reward", False) or cfg.actor_rollout_ref.actor.use_kl_loss
-    if cfg.critic.enable is not None:
-        return reference, bool(cfg.critic.enable)
-    return reference, cfg.algorithm.adv_estimator == "gae"  # AdvantageEstimator.GAE, a str enum
+    return reference, critic_needed(lambda key: OmegaConf.select(cfg, key))
+
+
+def critic_needed(value) -> bool:
+    """Whether main_ppo makes a critic (need_critic), from `value(key)`: a backend config's values."""
+    enabled = value("critic.enable")
+    if enabled is not None:
+        return bool(enabled)
+    return value("algorithm.adv_estimator") == "gae"  # AdvantageEstimator.GAE, a str enum
 
 
 def verl_ppo(s: Subject, resolved: dict) -> list[Problem]:

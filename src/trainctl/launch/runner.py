@@ -20,6 +20,7 @@ from typing import TextIO
 
 from trainctl import launchers
 from trainctl.backends.base import JOB_CONFIG_DIR, Command
+from trainctl.checks.native import critic_needed
 from trainctl.errors import ConfigProblems, TrainctlError
 from trainctl.launch import tools
 from trainctl.launch.checkpoints import repair_marker
@@ -132,8 +133,10 @@ def launch_env(plan: Plan, attempt: int | None = None) -> dict[str, str]:
         # verl imports vLLM wherever it is installed (its checkpoint engines), ~1 s in three of a PPO run's processes
         # and in each SFT rank, which never use it: the plugin hides it (trainctl.import_cost)
         env["TRAINCTL_NO_VLLM"] = "1"
-    if plan.backend.node == "verl" and plan.cfg.family == "sft":
-        env["TRAINCTL_NO_TRL"] = "1"  # verl imports TRL for a critic's model as it loads one: SFT has none
+    if plan.backend.node == "verl" and (plan.cfg.family == "sft" or not critic_needed(plan.value)):
+        # verl imports TRL as it loads a model, for a critic's value-head model (~1 s of the training worker's CPU,
+        # and the fork server's preload of TRL): SFT has no critic, nor has a PPO-family run without one (GRPO)
+        env["TRAINCTL_NO_TRL"] = "1"
     env.update(tools.env(plan))  # tool metrics (trainctl.runtime.tool_metrics), issue 11
     if plan.cfg.family == "ppo" and plan.cfg.env.kind != "none":
         env["TRAINCTL_ENV"] = plan.cfg.env.kind  # per-task rewards and the curriculum (trainctl.runtime.env_metrics)

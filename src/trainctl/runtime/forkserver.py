@@ -132,6 +132,7 @@ RUN_ENV = (
     "TRAINCTL_ENV",
     "TRAINCTL_OFFPOLICY",
     "TRAINCTL_NO_VLLM",
+    "TRAINCTL_NO_TRL",
     "VERL_USE_EXTERNAL_MODULES",
     "VERL_USE_EXTERNAL_PLUGINS",
 )
@@ -173,6 +174,8 @@ def _import(names: tuple[str, ...]) -> list[str]:
     failed = []
     with collector_paused():
         for name in names:
+            if name.partition(".")[0] in sys.modules and sys.modules[name.partition(".")[0]] is None:
+                continue  # hidden from the run's processes (trainctl.import_cost.skip_for_run): never imported
             try:
                 importlib.import_module(name)
             except Exception as e:  # an optional library missing, or broken: not the server's to report
