@@ -19,6 +19,7 @@ minimal environment the MCP SDK gives stdio servers (no PYTHONPATH).
 import argparse
 import ast
 import asyncio
+import gc
 import json
 import operator
 import os
@@ -216,7 +217,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--log", default=os.environ.get("TRAINCTL_CALCULATOR_LOG"), help="append each call here")
     args = parser.parse_args(argv)
+    gc.disable()  # while the MCP SDK loads (~0.6 s of CPU, 7% of it the collector's), its objects frozen after
     server = build_server(args.log)
+    gc.freeze()
+    gc.enable()
     if args.transport == "stdio" and _is_pipe(0) and _is_pipe(1) and hasattr(server, "_lowlevel_server"):
         import anyio
 
