@@ -102,3 +102,13 @@ def test_the_collector_is_paused_while_libraries_load_and_what_they_made_is_froz
     assert lines[2] == "False", "off while the block runs"
     assert lines[3:5] == ["True", "True"], "on again after, the import's objects frozen"
     assert lines[5:7] == ["True", "True"], "no import: nothing more frozen, the block's cycle collected"
+
+
+def test_the_cli_loads_heavy_libraries_with_the_collector_paused():
+    """The CLI's hook (import_cost.pause_collector_for_heavy_loads): a HEAVY library's first import, wherever it
+    happens, runs with the collector paused and leaves what it made frozen; a process without the hook freezes
+    nothing."""
+    code = "import gc, gguf; print(gc.isenabled(), gc.get_freeze_count() > 1000)"
+    hooked = _run(f"from trainctl.import_cost import pause_collector_for_heavy_loads as p; p(); {code}")
+    assert hooked == ["True", "True"]
+    assert _run(code) == ["True", "False"]

@@ -156,3 +156,33 @@ def collector_paused():
 
 
 _unfreeze_at_exit: list[bool] = []  # registered once a process
+
+
+# the libraries whose first import is seconds of CPU (each imports most of the others it needs under it)
+HEAVY = ("torch", "transformers", "verl", "vllm", "ray", "datasets", "trl", "peft", "lm_eval", "gguf", "mcp")
+
+
+class _HeavyLoadsWithCollectorPaused(importlib.abc.MetaPathFinder):
+    """Loads each HEAVY package with the collector paused (collector_paused), and all it imports in turn."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in HEAVY:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None  # not installed here, or not a plain package: the other finders answer as before
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            with collector_paused():
+                load(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def pause_collector_for_heavy_loads() -> None:
+    """For a process that imports the HEAVY libraries as its commands need them (the CLI): each loads with the
+    collector paused, wherever it is first imported (`trainctl eval`: ~8.4 -> ~7.9 s of CPU)."""
+    if not any(isinstance(finder, _HeavyLoadsWithCollectorPaused) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _HeavyLoadsWithCollectorPaused())

@@ -220,12 +220,13 @@ def main(argv: list[str] | None = None) -> None:
     """
     from trainctl.cli.common import debug, render_error
     from trainctl.errors import EXIT_INTERRUPTED, EXIT_PROBLEM, TrainctlError
-    from trainctl.import_cost import skip_unused
+    from trainctl.import_cost import pause_collector_for_heavy_loads, skip_unused
     from trainctl.paths import library_cache_env
     from trainctl.silence import quiet_known_noise
 
     os.environ.update(library_cache_env(os.environ))  # nothing written under ~ (matplotlib's font list)
     skip_unused()  # ~3 s of CPU in each command that loads transformers' generation code and a model
+    pause_collector_for_heavy_loads()
     quiet_known_noise()  # a real model's warnings on every load: to the debug log (issue 44)
     if debug():
         from trainctl.silence import show_debug_log
