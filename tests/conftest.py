@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.shared import once, shared_dir
+from trainctl.import_cost import pause_collector_for_heavy_loads
 
 # pytest keeps the test modules it rewrites (for its assertion messages) in __pycache__ only when bytecode may be
 # written: with PYTHONDONTWRITEBYTECODE set (this machine and CI set it), each xdist worker rewrote all ~240 test
@@ -31,6 +32,10 @@ sys.dont_write_bytecode = False
 # machine: the suite in 10.3 min of pytest instead of 11.5-12.6, with 11.4 CPU-minutes of user time instead of
 # 13.6-15.5. Set here, before pytest-xdist starts its workers, so that they and all they start inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Each worker loads torch, transformers, verl, Ray, vLLM, ... as its tests first import them (in-process CLI calls,
+# fixtures): with Python's collector paused, as the CLI does (trainctl.import_cost).
+pause_collector_for_heavy_loads()
 
 # real training runs shared by the session (sft_run, grpo_run, dpo_run, agent_run, ...), and a real pretrained model
 # (smollm2: SmolLM2-135M-Instruct imported from its GGUF file)
