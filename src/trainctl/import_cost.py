@@ -145,14 +145,19 @@ def collector_paused():
         yield
     finally:
         if len(sys.modules) != loaded:
-            gc.freeze()
-            if not _unfreeze_at_exit:
-                import atexit
-
-                atexit.register(gc.unfreeze)
-                _unfreeze_at_exit.append(True)
+            freeze_loaded()
         if enabled:
             gc.enable()
+
+
+def freeze_loaded() -> None:
+    """gc.freeze() what the process holds now (the libraries it loaded), unfrozen at exit (collector_paused)."""
+    gc.freeze()
+    if not _unfreeze_at_exit:
+        import atexit
+
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit.append(True)
 
 
 _unfreeze_at_exit: list[bool] = []  # registered once a process

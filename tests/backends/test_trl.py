@@ -13,6 +13,7 @@ import pytest
 
 from trainctl import paths
 from trainctl.backends import backend_for, trl
+from trainctl.backends.base import ONE_PROCESS_ENV
 from trainctl.backends.trl import TrlBackend
 from trainctl.facts.trl import DATA_KEYS, ENTRY, TRAINERS
 from trainctl.plan import make_plan
@@ -92,6 +93,16 @@ def test_a_local_run_is_one_process_per_device_under_torchrun():
     assert command.env == {} and command.launcher == "local"
     # TRL's `trl dpo` cannot run these parquet files: the plan says what the line above runs instead
     assert "trainctl's TRL entry point" in command.raw_note and "trl.DPOTrainer" in command.raw_note
+
+
+def test_a_local_run_of_one_process_is_the_trainer_itself_in_a_process_group_of_one():
+    """No torchrun agent for one process (a Python importing torch before the trainer starts: ~2 s a run)."""
+    plan = make_plan(["recipe=dpo-arith-tiny-cpu"], native=False)
+    command = plan.backend.command(plan.cfg, plan.built)
+    run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
+    entry = [sys.executable, "-u", "-m", ENTRY]
+    assert command.argv == [*entry, "--trainer", "dpo", "--config", f"{run_dir}/trl_dpo.yaml"]
+    assert command.env == ONE_PROCESS_ENV
 
 
 def test_on_slurm_a_torchrun_agent_on_each_node_meets_the_others_at_a_rendezvous():

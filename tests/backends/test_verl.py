@@ -12,7 +12,7 @@ import pytest
 
 from trainctl import paths
 from trainctl.backends import verl
-from trainctl.backends.base import JOB_CONFIG_DIR
+from trainctl.backends.base import JOB_CONFIG_DIR, ONE_PROCESS_ENV
 from trainctl.errors import ConfigProblems
 from trainctl.plan import make_plan
 from trainctl.runtime import forkserver
@@ -188,6 +188,19 @@ def test_sft_runs_one_process_per_device_under_torchrun_or_one_controller_on_ray
         f"hydra.run.dir={JOB_CONFIG_DIR}", *HYDRA,
     ]  # fmt: skip
     assert command.launcher == "ray_job"
+
+
+def test_sft_of_one_process_is_the_trainer_itself_in_a_process_group_of_one():
+    """No torchrun agent for one process (a Python importing torch before the trainer starts: ~2 s a run); the
+    backend's own environment comes on top."""
+    plan = make_plan(["recipe=quickstart"], native=False)
+    command = plan.backend.command(plan.cfg, plan.built)
+    run_dir = Path(plan.cfg.run.dir).expanduser().resolve()
+    assert command.argv == [
+        sys.executable, "-u", "-m", "verl.trainer.sft_trainer", f"--config-path={run_dir}", "--config-name=verl_sft",
+        f"hydra.run.dir={run_dir}", *HYDRA,
+    ]  # fmt: skip
+    assert ONE_PROCESS_ENV.items() <= command.env.items()
 
 
 def test_on_slurm_sft_is_a_torchrun_agent_on_each_node_meeting_at_a_rendezvous():

@@ -17,7 +17,10 @@ def test_dry_run_prints_the_plan(cli, tiny_model, arith_data, no_processes):
     tree = yaml.safe_load("\n".join(line[2:] for line in config.splitlines()))
     assert tree["run"]["name"] == "quickstart" and tree["model"]["path"].endswith("/models/tiny")
     # the exact launch command, and the numbers users ask about
-    assert "torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer" in out
+    # one process: the trainer itself, in a process group of one (no torchrun agent)
+    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=0 " in out
+    assert "/python -u -m verl.trainer.sft_trainer --config-path=" in out
+    assert "torchrun" not in out
     assert "steps per epoch              16          512 rows // 32 (last partial batch dropped)" in out
     assert "gradient accumulation steps  1           32 / 32" in out
     assert out.rstrip().endswith("Dry run: nothing was started.")

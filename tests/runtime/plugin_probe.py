@@ -2,20 +2,27 @@
 in this process's environment, printed as one JSON line. The order matters: each fact is read before anything
 later could change it."""
 
+import gc
 import json
 import sys
 from pathlib import Path
 
-import verl  # noqa: F401 - loads trainctl's plugin (entry point group verl.plugins), as every verl process does
-import verl.utils.distributed as distributed
-import verl.utils.model as model
-from omegaconf import OmegaConf
-from verl.plugin.platform import PlatformRegistry
+FROZEN_BEFORE = gc.get_freeze_count()  # the zygote's (torch, transformers, ...)
+import verl  # noqa: E402, F401 - loads trainctl's plugin (entry point group verl.plugins), as every verl process does
 
-from trainctl.runtime import verl_cpu, verl_patches
+FROZEN_BY_IMPORT = gc.get_freeze_count() - FROZEN_BEFORE
+import verl.utils.distributed as distributed  # noqa: E402
+import verl.utils.model as model  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from verl.plugin.platform import PlatformRegistry  # noqa: E402
+
+from trainctl.runtime import verl_cpu, verl_patches  # noqa: E402
 
 REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 facts = {
+    # what `import verl` left frozen, and whether later heavy imports load with the collector paused
+    "frozen_by_verl_import": FROZEN_BY_IMPORT,
+    "heavy_loads_paused": any(type(f).__name__ == "_HeavyLoadsWithCollectorPaused" for f in sys.meta_path),
     # the plugin does not import the replay buffer in every process (seconds each)
     "replay_buffer_imported": REPLAY_BUFFER in sys.modules,
     "cpu_platform_installed": verl_cpu._INSTALLED,

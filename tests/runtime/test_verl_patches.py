@@ -234,6 +234,18 @@ def test_in_a_gpu_run_without_flash_attn_only_the_critic_loader_is_patched(plugi
     assert facts["initialize_global_process_group"] == "verl.utils.distributed"
 
 
+def test_in_a_process_trainctl_launched_what_verl_loaded_is_frozen_and_later_loads_pause_the_collector(plugin_probe):
+    """verl loads its plugins last: in a process trainctl started (an SFT rank, a driver), torch's, transformers' and
+    verl's objects are out of the collector's generations from then on (verl's aggressive_empty_cache collects at each
+    epoch and checkpoint), and a heavy library imported later loads with the collector paused. A verl process trainctl
+    did not start is left as it was."""
+    launched, cpu, plain = plugin_probe(TRAINCTL_LAUNCHED="1"), plugin_probe(VERL_PLATFORM="cpu"), plugin_probe()
+    assert launched["frozen_by_verl_import"] > 1_000 and launched["heavy_loads_paused"], launched
+    for untouched in (cpu, plain):
+        # (frozen objects the import freed leave the count: it can fall)
+        assert untouched["frozen_by_verl_import"] <= 0 and not untouched["heavy_loads_paused"], untouched
+
+
 def test_the_log_probs_fallback_still_loops_over_rows():
     """The reason for the log-probs patch: without flash-attn, verl runs one logsumexp per row in Python."""
     from verl.utils import torch_functional

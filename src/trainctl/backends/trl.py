@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from trainctl import launchers, paths
-from trainctl.backends.base import Backend, BuiltConfig, Command, python_for, torchrun_for
+from trainctl.backends.base import Backend, BuiltConfig, Command, local_launch, python_for, torchrun_for
 from trainctl.facts.trl import DATA_KEYS, ENTRY, TRAINERS, Trainer
 
 if TYPE_CHECKING:
@@ -117,9 +117,10 @@ class TrlBackend(Backend):
         launcher = launchers.get(hw.launcher)
         family = self.trainer.family
         mode = launcher.torchrun_mode()
+        env = launcher.trainer_env(hw)
         if mode == "standalone":
-            launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
-            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", ENTRY]
+            launch, one = local_launch(config_dir, hw.gpus_per_node, ENTRY)
+            env = {**one, **env}
         elif mode == "rendezvous":
             # one torchrun agent per node, started by the launcher, which sets their endpoint (PET_RDZV_ENDPOINT):
             # what TRL's `accelerate launch` runs underneath on several machines
@@ -128,7 +129,6 @@ class TrlBackend(Backend):
         else:
             # across machines: Ray Train's TorchTrainer runs the same entry point on every worker
             launch = [python_for(config_dir), "-m", ENTRY, "--ray"]
-        env = launcher.trainer_env(hw)
         cls = self.trainer.trainer.replace(":", ".")
         return Command(
             argv=[*launch, "--trainer", family, "--config", f"{run_dir}/{self.config_file}"],

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from trainctl import launchers, paths
-from trainctl.backends.base import Backend, BuiltConfig, Command, key_paths, python_for, set_path, torchrun_for
+from trainctl.backends.base import (
+    Backend,
+    BuiltConfig,
+    Command,
+    key_paths,
+    local_launch,
+    python_for,
+    set_path,
+    torchrun_for,
+)
 from trainctl.backends.schemas import installed_version, verl_config_dir
 from trainctl.config.resolvers import RUN_RECORD_LOGGERS
 from trainctl.errors import ConfigProblems, Problem
@@ -335,10 +344,11 @@ class VerlSFT(_Verl):
     def command(self, cfg: Config, built: BuiltConfig, config_dir: str | None = None) -> Command:
         hw = cfg.hardware
         mode = launchers.get(hw.launcher).torchrun_mode()
+        env = self.env(cfg)
         if mode == "standalone":
-            # one process per device; torchrun wires the process group (verl ignores trainer.nnodes here)
-            launch = [*torchrun_for(config_dir), "--standalone", "--nnodes=1"]
-            launch += [f"--nproc_per_node={hw.gpus_per_node}", "-m", self.entry]
+            # one process per device; torchrun wires the process group of several (verl ignores trainer.nnodes here)
+            launch, one = local_launch(config_dir, hw.gpus_per_node, self.entry)
+            env = {**one, **env}
         elif mode == "rendezvous":
             # one torchrun agent per node, started by the launcher, which sets their endpoint (PET_RDZV_ENDPOINT)
             launch = [*torchrun_for(config_dir), f"--nnodes={hw.nnodes}", "--rdzv_backend=c10d"]
@@ -348,7 +358,7 @@ class VerlSFT(_Verl):
             launch = [python_for(config_dir), "-m", "verl.trainer.sft_trainer_ray"]
         return Command(
             argv=[*launch, *self.config_args(cfg, config_dir)],
-            env=self.env(cfg),
+            env=env,
             launcher=hw.launcher,
             raw_argv=[*launch, *built.raw_overrides(), *self.hydra_args(cfg, config_dir)],
         )

@@ -34,6 +34,15 @@ if os.environ.get("TRAINCTL_TOOL_CALLS"):
 
     _apply_trajectories()
 
+if os.environ.get("TRAINCTL_LAUNCHED") == "1":
+    # torch, transformers and verl are loaded by now (verl loads its plugins last): out of the collector's way, so each
+    # full collection (verl's aggressive_empty_cache runs one at each epoch and checkpoint) walks only what the run made
+    # since, and what the process loads later loads with the collector paused (trainctl.import_cost)
+    from trainctl.import_cost import freeze_loaded, pause_collector_for_heavy_loads
+
+    freeze_loaded()
+    pause_collector_for_heavy_loads()
+
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     try:
         from trainctl.runtime.verl_cpu import install
