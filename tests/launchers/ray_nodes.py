@@ -110,8 +110,9 @@ def _wait(nodes: RayNodes, count: int, timeout: float) -> list[str]:
 
 
 def stop(nodes: RayNodes) -> None:
-    """SIGTERM each node's process group, SIGKILL what is left after 5 s (`ray start --block` took over 20 s to end
-    on SIGTERM on a busy machine; nothing of a test cluster needs a clean end)."""
+    """SIGTERM each node's process group, SIGKILL what is left after 1 s (`ray start --block` took over 20 s to end
+    on SIGTERM on a busy machine, and some of Ray's processes ignore it; nothing of a test cluster needs a clean
+    end)."""
     import psutil
 
     family = set()
@@ -122,7 +123,7 @@ def stop(nodes: RayNodes) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
     procs = [p for p in (_process(pid) for pid in family) if p is not None]
-    _, left = psutil.wait_procs(procs, timeout=5)
+    _, left = psutil.wait_procs(procs, timeout=1)
     for p in left:
         with contextlib.suppress(psutil.Error):
             p.kill()

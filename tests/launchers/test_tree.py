@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from trainctl.launchers.tree import MARK_VAR, marked, new_mark, stop_marked
+from trainctl.launchers.tree import MARK_VAR, marked, new_mark, stop_marked, terminate
 
 # An unmarked parent that starts a marked process and never waits for it: once stopped, that process stays a zombie,
 # as a run's orphans do until a container's PID 1 gets round to reaping them
@@ -36,6 +37,26 @@ def test_a_stopped_process_its_parent_has_not_reaped_counts_as_stopped():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_stopped_process_ends_on_its_sigterm_not_on_the_sigkill_after_the_grace():
+    """A run's process stopped by SIGSTOP (or frozen) gets its SIGTERM only once continued: trainctl continues it
+    (as a shell's `kill` does for a stopped job), rather than waiting out the grace for a SIGKILL."""
+    mark = new_mark()
+    stopped = subprocess.Popen(["sleep", "600"], env={**os.environ, MARK_VAR: mark})
+    try:
+        stopped.send_signal(signal.SIGSTOP)
+        assert stop_marked(mark, grace=30) == 1
+        assert stopped.wait(timeout=10) == -signal.SIGTERM  # not -SIGKILL: it did not wait out the 30 s
+        alone = subprocess.Popen(["sleep", "600"])
+        alone.send_signal(signal.SIGSTOP)
+        terminate(psutil.Process(alone.pid))
+        assert alone.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for proc in (stopped, locals().get("alone")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def _started_as(pid: int, argv: list[str], env: dict) -> subprocess.Popen:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.launchers.tree import MARK_VAR, marked, new_mark
+from trainctl.launchers.tree import MARK_VAR, marked, new_mark, terminate
 from trainctl.launchers.vitals import ENDED_BY_RUN, Fault, Vitals
 from trainctl.secrets import Redactor
 
@@ -264,6 +264,7 @@ class Supervisor:
     def _stop_group(self) -> None:
         """SIGTERM to the trainer's process group, SIGKILL after GRACE_SECONDS."""
         self._signal_group(signal.SIGTERM)
+        self._signal_group(signal.SIGCONT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=GRACE_SECONDS)
             return
@@ -296,12 +297,12 @@ class Supervisor:
 
     def _cleanup(self, before: set[int]) -> int:
         self._signal_group(signal.SIGTERM)
+        self._signal_group(signal.SIGCONT)  # a stopped process acts on its SIGTERM once continued (tree.terminate)
         procs = self._leftovers(before)
         known = {p.pid for p in procs}
         procs += [p for p in marked(self.mark) if p.pid not in known]
         for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
+            terminate(p)
         _, alive = psutil.wait_procs(procs, timeout=5)
         for p in alive:
             with contextlib.suppress(psutil.Error):

@@ -93,6 +93,14 @@ def wait_exited(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.
     return alive
 
 
+def terminate(proc: psutil.Process) -> None:
+    """SIGTERM, then SIGCONT, as a shell's `kill` does for a stopped job: a stopped process (SIGSTOP, a frozen worker)
+    acts on a SIGTERM only once continued, and would otherwise wait out the grace until its SIGKILL."""
+    with contextlib.suppress(psutil.Error):
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGCONT)
+
+
 def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadline: float = 25.0) -> int:
     """SIGTERM every process of the run, SIGKILL what is left after `grace` seconds, and scan again until none is
     left or `deadline` seconds have passed (a shutting-down Ray may still start a process). Returns how many
@@ -109,8 +117,11 @@ def stop_marked(mark: str, extra: Iterable[int] = (), grace: float = 10.0, deadl
         if not procs:
             return len(signalled)
         for p in procs.values():
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(signal.SIGTERM if p.pid not in signalled else signal.SIGKILL)
+            if p.pid in signalled:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            else:
+                terminate(p)
             signalled.add(p.pid)
         alive = wait_exited(procs.values(), grace)
         for p in alive:
