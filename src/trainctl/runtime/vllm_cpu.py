@@ -126,15 +126,28 @@ def engine_core_forked():
     hung in vLLM's first torch.zeros). And only for an engine that runs its one worker in its own process (the "uni"
     executor, trainctl.facts.vllm.CPU_ENGINE_ARGS: the server checks), which never calls Ray: the fork's copy of Ray's
     state is inert (Ray's threads are not copied), and multiprocessing's fork child ends with os._exit, running none
-    of the server's exit handlers."""
+    of the server's exit handlers.
+
+    The fork names itself as a spawned engine does (VLLM::EngineCore, which trainctl's vitals watch for): in a fork of
+    a Ray worker the setproctitle package vLLM uses changes nothing (Ray's own moved the title), so Ray's does it."""
+    from vllm.v1.engine import core
     from vllm.v1.engine import utils as engine_utils
 
-    spawn = engine_utils.get_mp_context
+    spawn, set_title = engine_utils.get_mp_context, core.set_process_title
     engine_utils.get_mp_context = _fork_context
+    core.set_process_title = functools.partial(_set_title_in_ray_fork, set_title)
     try:
         yield
     finally:
-        engine_utils.get_mp_context = spawn
+        engine_utils.get_mp_context, core.set_process_title = spawn, set_title
+
+
+def _set_title_in_ray_fork(set_title, name: str, suffix: str = "", prefix: str | None = None) -> None:
+    import ray._raylet
+    from vllm import envs
+
+    set_title(name, suffix, **({} if prefix is None else {"prefix": prefix}))
+    ray._raylet.setproctitle(f"{prefix or envs.VLLM_PROCESS_NAME_PREFIX}::{name}" + (f"_{suffix}" if suffix else ""))
 
 
 def fork_engine_cores() -> None:
