@@ -41,8 +41,12 @@ def wanted(argv: list[str]) -> bool:
     return "suite" in argv or os.environ.get("BENCH_SUITE") == "1"
 
 
-def pytest_seconds(checkout: Path, args: list[str], python: Path | None = None) -> tuple[float, int, float]:
-    """(pytest's own time, tests passed, wall seconds) of the checkout's default suite, on `python` (else ours)."""
+def pytest_seconds(
+    checkout: Path, args: list[str], python: Path | None = None, failures_ok: bool = False
+) -> tuple[float, int, float]:
+    """(pytest's own time, tests passed, wall seconds) of the checkout's default suite, on `python` (else ours).
+    failures_ok: a run with failed tests still counts (the baseline's learning tests are sampled: one missed its
+    margin once in a run of this benchmark), and what failed is printed."""
     env = {
         **os.environ,
         "PYTHONPATH": str(checkout / "src"),
@@ -57,7 +61,10 @@ def pytest_seconds(checkout: Path, args: list[str], python: Path | None = None) 
     )  # fmt: skip
     wall = time.perf_counter() - start
     found = _SUMMARY.search(done.stdout.splitlines()[-1] if done.stdout.strip() else "")
-    if done.returncode != 0 or not found:
+    if found and done.returncode == 1 and failures_ok:
+        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+        print(f"  {checkout}: {done.stdout.splitlines()[-1].strip('= ')}; timed all the same:", *failed, sep="\n    ")
+    elif done.returncode != 0 or not found:
         raise RuntimeError(f"{checkout}'s suite exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
     return float(found.group(2)), int(found.group(1)), wall
 
@@ -81,7 +88,7 @@ def main() -> list[Row]:
     try:
         for _ in range(reps(1)):
             for name, checkout in (("baseline", base), ("trainctl", ROOT)):
-                seconds, passed[name], _ = pytest_seconds(checkout, args, pythons[name])
+                seconds, passed[name], _ = pytest_seconds(checkout, args, pythons[name], name == "baseline")
                 times[name].append(seconds)
                 print(f"  {name} ({checkout}): pytest {seconds:.0f} s, {passed[name]} passed", flush=True)
     finally:
